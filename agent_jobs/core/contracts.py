@@ -1,0 +1,137 @@
+"""Pydantic contracts: what crosses a boundary (API, CLI, client, store reads)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agent_jobs.core.hashing import action_hash as compute_action_hash
+from agent_jobs.core.states import Status
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+_WORKFLOW = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}@[0-9]{1,6}$")
+_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+def check_tenant_id(value: str) -> str:
+    """Tenant ids end up in queue names and Redis keys, so they are kept to a safe alphabet."""
+    if not _NAME.match(value):
+        raise ValueError(
+            "tenant id must be 1-63 characters of a-z, 0-9, '_', '-', '.', starting alphanumeric"
+        )
+    return value
+
+
+def check_idempotency_key(value: str) -> str:
+    if not _KEY.match(value):
+        raise ValueError("idempotency key must be 1-255 printable ASCII characters, no spaces")
+    return value
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TaskRequest(Frozen):
+    """What a caller submits. The tenant and subject come from the verified token, not from here."""
+
+    workflow: str = Field(description="`name@version`, e.g. `refund_resolution@3`")
+    input: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("workflow")
+    @classmethod
+    def _workflow(cls, v: str) -> str:
+        if not _WORKFLOW.match(v):
+            raise ValueError("workflow must look like name@version, e.g. example@1")
+        return v
+
+
+class Action(Frozen):
+    """One exact side-effecting call: what policy decides on, an approval binds and a key names."""
+
+    tool: str
+    tool_version: str
+    args: dict[str, Any]
+    idempotency_key: str
+    side_effect: Literal["none", "idempotent", "keyed"] = "keyed"
+
+    @property
+    def action_hash(self) -> str:
+        return compute_action_hash(self.tool, self.tool_version, self.args)
+
+
+class TaskView(Frozen):
+    task_id: str
+    tenant_id: str
+    status: Status
+    display_status: str
+    workflow: str
+    version: int
+    attempts: int
+    cancel_requested: bool
+    trace_id: str
+    created_at: datetime
+    updated_at: datetime
+    outcome: dict[str, Any] | None = None
+    pending_action: dict[str, Any] | None = None
+    approval_id: str | None = None
+
+
+class EventView(Frozen):
+    task_id: str
+    seq: int
+    type: str
+    from_status: Status | None
+    to_status: Status | None
+    data: dict[str, Any]
+    trace_id: str
+    at: datetime
+
+
+ApprovalStatus = Literal["pending", "granted", "denied", "expired", "used"]
+
+
+class ApprovalView(Frozen):
+    approval_id: str
+    task_id: str
+    tenant_id: str
+    tool: str
+    tool_version: str
+    args: dict[str, Any]
+    action_hash: str
+    policy_version: str
+    requester: str
+    approver: str | None
+    status: ApprovalStatus
+    reason: str
+    created_at: datetime
+    expires_at: datetime
+    decided_at: datetime | None
+    used_at: datetime | None
+
+
+EffectStatus = Literal["intent", "committed", "unknown", "failed"]
+
+
+class EffectView(Frozen):
+    task_id: str
+    idempotency_key: str
+    tool: str
+    action_hash: str
+    status: EffectStatus
+    attempts: int
+    result: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class DeadLetterView(Frozen):
+    task_id: str
+    tenant_id: str
+    workflow: str
+    reason: str
+    attempts: int
+    at: datetime

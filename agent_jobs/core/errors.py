@@ -1,0 +1,76 @@
+"""Typed errors. Each carries what a person needs to act on it."""
+
+from __future__ import annotations
+
+
+class AgentJobsError(Exception):
+    """Base class. `code` is stable and machine-readable; the message is for people."""
+
+    code = "agent_jobs_error"
+
+
+class IllegalTransition(AgentJobsError):
+    code = "illegal_transition"
+
+    def __init__(self, frm: str, to: str) -> None:
+        super().__init__(f"illegal transition {frm} -> {to}")
+        self.frm = frm
+        self.to = to
+
+
+class StaleTransition(AgentJobsError):
+    """The compare-and-set found another version or lease epoch: this worker lost ownership."""
+
+    code = "stale_transition"
+
+    def __init__(self, task_id: str, version: int, lease_epoch: int) -> None:
+        super().__init__(
+            f"task {task_id}: commit at version {version} / lease epoch {lease_epoch} is stale "
+            "(another worker or a sweeper moved the task on)"
+        )
+        self.task_id = task_id
+        self.version = version
+        self.lease_epoch = lease_epoch
+
+
+class IdempotencyConflict(AgentJobsError):
+    code = "idempotency_key_reused"
+
+    def __init__(self, tenant_id: str, idempotency_key: str) -> None:
+        super().__init__(
+            f"idempotency key {idempotency_key!r} of tenant {tenant_id!r} was already used "
+            "with a different payload"
+        )
+        self.tenant_id = tenant_id
+        self.idempotency_key = idempotency_key
+
+
+class NotFound(AgentJobsError):
+    code = "not_found"
+
+
+class InvalidInput(AgentJobsError):
+    code = "invalid_input"
+
+
+class ApprovalError(AgentJobsError):
+    """An approval cannot be decided: unknown, already decided, expired, or self-approval."""
+
+    code = "approval_refused"
+
+    def __init__(self, approval_id: str, reason: str) -> None:
+        super().__init__(f"approval {approval_id}: {reason}")
+        self.approval_id = approval_id
+        self.reason = reason
+
+
+class UnknownWorkflow(AgentJobsError):
+    code = "unknown_workflow"
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(f"unknown workflow {name!r}; known: {', '.join(sorted(known))}")
+        self.name = name
+
+
+class ConfigError(AgentJobsError):
+    code = "config_error"

@@ -1,0 +1,66 @@
+"""A transition as data: what one step decided, for the store to apply with compare-and-set.
+
+A step function maps (task, input) to a `Patch`; `store.commit` applies it in one transaction:
+the guarded UPDATE on (version, lease epoch), the event append, and every record that must move
+together with the status (the effect intent, the approval's consumption, a dead letter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agent_jobs.core.contracts import Action, EffectStatus
+from agent_jobs.core.states import TERMINAL, Status
+
+
+@dataclass(frozen=True)
+class EffectWrite:
+    """Insert the intent (before the call) or record the outcome (after it)."""
+
+    action: Action
+    status: EffectStatus
+    result: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """Park for a human: bind this exact action, under this policy version, for `ttl_s`."""
+
+    action: Action
+    policy_version: str
+    requester: str
+    reason: str
+    ttl_s: float
+
+
+@dataclass(frozen=True)
+class ApprovalUse:
+    """Consume (single use) or close an approval in the same transaction as the transition."""
+
+    approval_id: str
+    status: Literal["used", "expired", "denied"]
+
+
+@dataclass(frozen=True)
+class Patch:
+    to: Status
+    event: str
+    data: dict[str, Any] = field(default_factory=dict)
+    # Full replacement of the task's JSON state; None keeps it as it is.
+    state: dict[str, Any] | None = None
+    # Seconds from the database clock until the task may be claimed again; None clears the timer.
+    wake_in_s: float | None = None
+    attempts: int | None = None
+    # Keep the lease after committing: EXECUTING commits the intent and then calls the tool under
+    # the same lease, so any *later* claim of an EXECUTING task means the caller lost its lease.
+    keep_lease: bool = False
+    effect: EffectWrite | None = None
+    approval_request: ApprovalRequest | None = None
+    approval_use: ApprovalUse | None = None
+    dead_letter: str | None = None
+    outcome: dict[str, Any] | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.to in TERMINAL
