@@ -78,7 +78,9 @@ def derive_idempotency_key(template: str, fields: Mapping[str, Any]) -> str:
             raise InvalidInput(f"idempotency key field {name!r} must be a string or integer")
         text = str(value)
         if not text or not set(text) <= _ALLOWED_KEY_CHARS:
-            raise InvalidInput(f"idempotency key field {name!r} has characters outside [A-Za-z0-9-_:.@/]")
+            raise InvalidInput(
+                f"idempotency key field {name!r} has characters outside [A-Za-z0-9-_:.@/]"
+            )
         values[name] = text
     key = template.format(**values)
     if len(key) > 255:

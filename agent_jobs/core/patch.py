@@ -27,6 +27,7 @@ class EffectWrite:
 class ApprovalRequest:
     """Park for a human: bind this exact action, under this policy version, for `ttl_s`."""
 
+    approval_id: str
     action: Action
     policy_version: str
     requester: str

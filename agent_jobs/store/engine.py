@@ -1,0 +1,70 @@
+"""Engines for Postgres (production) and SQLite (embedded), with the settings each needs."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.pool import NullPool
+
+from agent_jobs.core.errors import ConfigError
+
+
+def make_engine(url: str, *, pool_size: int = 5) -> Engine:
+    """Create an engine for `url`. SQLite gets WAL and a busy timeout so the embedded worker's
+    threads and a CLI in another process can share one file."""
+    if url.startswith("sqlite"):
+        return _sqlite_engine(url)
+    if url.startswith(("postgresql", "postgres")):
+        url = normalize_pg_url(url)
+        return create_engine(
+            url,
+            pool_size=pool_size,
+            max_overflow=10,
+            pool_pre_ping=True,
+            pool_recycle=1800,
+            # One statement per round trip; the hot path is a handful of short transactions.
+            connect_args={"application_name": f"agent_jobs:{os.getpid()}"},
+        )
+    raise ConfigError(
+        f"unsupported database URL {url.split(':', 1)[0]!r}: use postgresql or sqlite"
+    )
+
+
+def normalize_pg_url(url: str) -> str:
+    """`postgres://` and bare `postgresql://` mean psycopg2 here (SQLAlchemy 2.1 would pick
+    psycopg 3, which we do not ship)."""
+    scheme, _, rest = url.partition("://")
+    if scheme in ("postgres", "postgresql"):
+        return f"postgresql+psycopg2://{rest}"
+    return url
+
+
+def _sqlite_engine(url: str) -> Engine:
+    memory = url in ("sqlite://", "sqlite:///:memory:")
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
+    if not memory:
+        # A pool of file connections would hold write locks across checkouts; a fresh connection
+        # per use is cheap for SQLite and keeps every transaction short.
+        kwargs["poolclass"] = NullPool
+    engine = create_engine(url, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # pysqlite's own transaction handling defers BEGIN; take control so that writes start
+        # with BEGIN IMMEDIATE and two writers never deadlock upgrading a read lock.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        if not memory:
+            cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine

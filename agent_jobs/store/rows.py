@@ -1,0 +1,180 @@
+"""Typed snapshots of rows, as the store hands them out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from sqlalchemy import Row
+
+from agent_jobs.core.contracts import ApprovalView, EffectView, EventView, TaskView
+from agent_jobs.core.states import Status, display_status
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    id: str
+    tenant_id: str
+    idempotency_key: str
+    payload_hash: str
+    workflow: str
+    requester: str
+    input: dict[str, Any]
+    pinned: dict[str, Any]
+    status: Status
+    version: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    lease_epoch: int
+    next_attempt_at: datetime | None
+    dispatched_at: datetime | None
+    attempts: int
+    cancel_requested_at: datetime | None
+    state: dict[str, Any]
+    outcome: dict[str, Any] | None
+    event_seq: int
+    trace_id: str
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.cancel_requested_at is not None
+
+    def view(self) -> TaskView:
+        pending = self.state.get("pending_action")
+        return TaskView(
+            task_id=self.id,
+            tenant_id=self.tenant_id,
+            status=self.status,
+            display_status=display_status(self.status, self.cancel_requested),
+            workflow=self.workflow,
+            version=self.version,
+            attempts=self.attempts,
+            cancel_requested=self.cancel_requested,
+            trace_id=self.trace_id,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            outcome=self.outcome,
+            pending_action=pending if isinstance(pending, dict) else None,
+            approval_id=self.state.get("approval_id"),
+        )
+
+
+def task_from_row(row: Row[Any]) -> TaskRow:
+    m = row._mapping
+    return TaskRow(
+        id=m["id"],
+        tenant_id=m["tenant_id"],
+        idempotency_key=m["idempotency_key"],
+        payload_hash=m["payload_hash"],
+        workflow=m["workflow"],
+        requester=m["requester"],
+        input=m["input"],
+        pinned=m["pinned"],
+        status=Status(m["status"]),
+        version=m["version"],
+        lease_owner=m["lease_owner"],
+        lease_expires_at=m["lease_expires_at"],
+        lease_epoch=m["lease_epoch"],
+        next_attempt_at=m["next_attempt_at"],
+        dispatched_at=m["dispatched_at"],
+        attempts=m["attempts"],
+        cancel_requested_at=m["cancel_requested_at"],
+        state=m["state"],
+        outcome=m["outcome"],
+        event_seq=m["event_seq"],
+        trace_id=m["trace_id"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+    )
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Ownership of one task: the owner name and the fencing epoch, with the row as claimed."""
+
+    task: TaskRow
+    owner: str
+    epoch: int
+    expires_at: datetime
+
+    @property
+    def task_id(self) -> str:
+        return self.task.id
+
+    @property
+    def version(self) -> int:
+        return self.task.version
+
+
+class Dispatch(NamedTuple):
+    """A step message to publish once the transaction that recorded it has committed."""
+
+    task_id: str
+    tenant_id: str
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    task: TaskRow
+    created: bool
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    task: TaskRow
+    lease: Lease | None
+    dispatch: Dispatch | None
+
+
+def event_from_row(row: Row[Any]) -> EventView:
+    m = row._mapping
+    return EventView(
+        task_id=m["task_id"],
+        seq=m["seq"],
+        type=m["type"],
+        from_status=Status(m["from_status"]) if m["from_status"] else None,
+        to_status=Status(m["to_status"]) if m["to_status"] else None,
+        data=m["data"],
+        trace_id=m["trace_id"],
+        at=m["at"],
+    )
+
+
+def effect_from_row(row: Row[Any]) -> EffectView:
+    m = row._mapping
+    return EffectView(
+        task_id=m["task_id"],
+        idempotency_key=m["idempotency_key"],
+        tool=m["tool"],
+        action_hash=m["action_hash"],
+        status=m["status"],
+        attempts=m["attempts"],
+        result=m["result"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+    )
+
+
+def approval_from_row(row: Row[Any]) -> ApprovalView:
+    m = row._mapping
+    return ApprovalView(
+        approval_id=m["id"],
+        task_id=m["task_id"],
+        tenant_id=m["tenant_id"],
+        tool=m["tool"],
+        tool_version=m["tool_version"],
+        args=m["args"],
+        action_hash=m["action_hash"],
+        policy_version=m["policy_version"],
+        requester=m["requester"],
+        approver=m["approver"],
+        status=m["status"],
+        reason=m["reason"],
+        created_at=m["created_at"],
+        expires_at=m["expires_at"],
+        decided_at=m["decided_at"],
+        used_at=m["used_at"],
+    )

@@ -1,0 +1,199 @@
+"""The tables of DESIGN.md, as SQLAlchemy Core metadata. Alembic migrations in `db/` create them.
+
+Every sweeper query has a partial index whose predicate matches the query, so a sweep costs what
+is due, not what the table holds (invariant 10): finished tasks never enter those indexes.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    UniqueConstraint,
+    text,
+)
+
+from agent_jobs.core.states import PARKED, RUNNABLE, Status
+from agent_jobs.store.types import JsonType, UTCDateTime
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+def _in(statuses: frozenset[Status] | set[Status]) -> str:
+    return "(" + ", ".join(f"'{s.value}'" for s in sorted(statuses)) + ")"
+
+
+ALL_STATUSES = _in(set(Status))
+# Runnable tasks that a step message should exist for while they hold no lease.
+DISPATCHABLE = _in({Status.RECEIVED, Status.RUNNING, Status.VERIFYING})
+ACTIVE = _in(set(RUNNABLE) | set(PARKED))
+
+
+def _partial(where: str) -> dict[str, object]:
+    clause = text(where)
+    return {"postgresql_where": clause, "sqlite_where": clause}
+
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("tenant_id", String(63), nullable=False),
+    Column("idempotency_key", String(255), nullable=False),
+    Column("payload_hash", String(80), nullable=False),
+    Column("workflow", String(80), nullable=False),
+    Column("requester", String(255), nullable=False),
+    Column("input", JsonType, nullable=False),
+    # Versions the task is pinned to when it starts (workflow, prompt, model route, tool schemas).
+    # Policy is deliberately re-read at decision time and again on resume.
+    Column("pinned", JsonType, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("lease_owner", String(128)),
+    Column("lease_expires_at", UTCDateTime()),
+    Column("lease_epoch", Integer, nullable=False),
+    # Timer kept in the database (invariant 6): retry due time, approval expiry, reconcile backoff.
+    Column("next_attempt_at", UTCDateTime()),
+    # When a step message was last published for this task (the dispatch record, set in the same
+    # transaction as the status it dispatches): how the sweeper finds a lost dispatch.
+    Column("dispatched_at", UTCDateTime()),
+    Column("attempts", Integer, nullable=False),
+    Column("cancel_requested_at", UTCDateTime()),
+    Column("state", JsonType, nullable=False),
+    Column("outcome", JsonType),
+    Column("event_seq", Integer, nullable=False),
+    Column("trace_id", String(32), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("tenant_id", "idempotency_key"),
+    CheckConstraint(f"status IN {ALL_STATUSES}", name="status"),
+    Index("ix_tasks_tenant_created", "tenant_id", "created_at"),
+    Index(
+        "ix_tasks_lease_expiry",
+        "lease_expires_at",
+        **_partial("lease_expires_at IS NOT NULL"),  # type: ignore[arg-type]
+    ),
+    Index(
+        "ix_tasks_dispatch",
+        "dispatched_at",
+        **_partial(f"status IN {DISPATCHABLE} AND lease_owner IS NULL"),  # type: ignore[arg-type]
+    ),
+    Index(
+        "ix_tasks_retry_due",
+        "next_attempt_at",
+        **_partial("status = 'RETRY_WAIT'"),  # type: ignore[arg-type]
+    ),
+    Index(
+        "ix_tasks_approval_due",
+        "next_attempt_at",
+        **_partial("status = 'APPROVAL_WAIT'"),  # type: ignore[arg-type]
+    ),
+    Index(
+        "ix_tasks_unknown_due",
+        "next_attempt_at",
+        **_partial("status = 'EXEC_UNKNOWN' AND lease_owner IS NULL"),  # type: ignore[arg-type]
+    ),
+    Index(
+        "ix_tasks_active_tenant",
+        "tenant_id",
+        **_partial(f"status IN {ACTIVE}"),  # type: ignore[arg-type]
+    ),
+)
+
+task_events = Table(
+    "task_events",
+    metadata,
+    Column("task_id", String(40), ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("type", String(64), nullable=False),
+    Column("from_status", String(16)),
+    Column("to_status", String(16)),
+    Column("data", JsonType, nullable=False),
+    Column("trace_id", String(32), nullable=False),
+    Column("at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("task_id", "seq"),
+)
+
+effects = Table(
+    "effects",
+    metadata,
+    Column("task_id", String(40), ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("idempotency_key", String(255), nullable=False),
+    Column("tool", String(128), nullable=False),
+    Column("tool_version", String(32), nullable=False),
+    Column("action_hash", String(80), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("result", JsonType),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("task_id", "idempotency_key"),
+    CheckConstraint("status IN ('intent', 'committed', 'unknown', 'failed')", name="status"),
+)
+
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("task_id", String(40), ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("tenant_id", String(63), nullable=False),
+    Column("tool", String(128), nullable=False),
+    Column("tool_version", String(32), nullable=False),
+    Column("args", JsonType, nullable=False),
+    Column("action_hash", String(80), nullable=False),
+    Column("policy_version", String(64), nullable=False),
+    Column("requester", String(255), nullable=False),
+    Column("approver", String(255)),
+    Column("status", String(16), nullable=False),
+    Column("reason", String(500), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+    Column("decided_at", UTCDateTime()),
+    Column("used_at", UTCDateTime()),
+    CheckConstraint("status IN ('pending', 'granted', 'denied', 'expired', 'used')", name="status"),
+    # The approver is never the requester, enforced by the database as well as the code.
+    CheckConstraint("approver IS NULL OR approver <> requester", name="not_self_approved"),
+    Index("ix_approvals_tenant_status", "tenant_id", "status"),
+    Index("ix_approvals_task", "task_id"),
+    Index(
+        "ix_approvals_open_expiry",
+        "expires_at",
+        **_partial("status IN ('pending', 'granted')"),  # type: ignore[arg-type]
+    ),
+)
+
+dead_letters = Table(
+    "dead_letters",
+    metadata,
+    Column("task_id", String(40), ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("tenant_id", String(63), nullable=False),
+    Column("workflow", String(80), nullable=False),
+    Column("reason", String(1000), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("at", UTCDateTime(), nullable=False),
+    Index("ix_dead_letters_tenant_at", "tenant_id", "at"),
+)
+
+# Small named timestamps the runtime keeps: e.g. "broker_lost_before", the instant before which
+# every step message must be presumed lost because the broker restarted without persistence.
+marks = Table(
+    "marks",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("at", UTCDateTime(), nullable=False),
+)

@@ -1,0 +1,465 @@
+"""`Store`: the only code that talks to the database. Each method is one short transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, case, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from agent_jobs.core.contracts import (
+    ApprovalView,
+    DeadLetterView,
+    EffectView,
+    EventView,
+    TaskRequest,
+)
+from agent_jobs.core.errors import ApprovalError, IdempotencyConflict, NotFound, StaleTransition
+from agent_jobs.core.hashing import payload_hash
+from agent_jobs.core.patch import Patch
+from agent_jobs.core.states import PARKED, TERMINAL, Status
+from agent_jobs.store import sweeps
+from agent_jobs.store.engine import make_engine
+from agent_jobs.store.ids import new_id, new_trace_id
+from agent_jobs.store.rows import (
+    CommitResult,
+    CreateResult,
+    Dispatch,
+    Lease,
+    TaskRow,
+    approval_from_row,
+    effect_from_row,
+    event_from_row,
+    task_from_row,
+)
+from agent_jobs.store.schema import approvals, dead_letters, effects, marks, task_events, tasks
+from agent_jobs.store.types import db_now, db_now_plus
+from agent_jobs.store.writes import append_event, apply_patch, insert_ignore
+
+_TERMINAL = [s.value for s in TERMINAL]
+_PARKED = [s.value for s in PARKED]
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    task: TaskRow
+    accepted: bool
+    dispatch: Dispatch | None
+
+
+@dataclass(frozen=True)
+class DecisionResult:
+    approval: ApprovalView
+    dispatch: Dispatch | None
+
+
+class Store:
+    """Tasks, events, effects, approvals and dead letters, on Postgres or SQLite."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+
+    @classmethod
+    def from_url(cls, url: str) -> Store:
+        return cls(make_engine(url))
+
+    @contextmanager
+    def tx(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    def db_now(self) -> datetime:
+        with self.engine.connect() as conn:
+            value = conn.execute(select(db_now())).scalar_one()
+            conn.rollback()
+        assert isinstance(value, datetime)
+        return value
+
+    # -- tasks ---------------------------------------------------------------------------------
+
+    def create_or_get(
+        self,
+        tenant_id: str,
+        idempotency_key: str,
+        request: TaskRequest,
+        *,
+        requester: str,
+        pinned: dict[str, Any] | None = None,
+        state: dict[str, Any] | None = None,
+    ) -> CreateResult:
+        """Create a task, or return the one this (tenant, key) already names.
+
+        The task row, its "created" event and its first dispatch record are one transaction. The
+        same key with a different payload raises `IdempotencyConflict`: guessing would be wrong.
+        """
+        phash = payload_hash(request.model_dump(mode="json"))
+        task_id = new_id("tsk")
+        with self.tx() as conn:
+            stmt = (
+                insert_ignore(self.dialect, tasks)
+                .values(
+                    id=task_id,
+                    tenant_id=tenant_id,
+                    idempotency_key=idempotency_key,
+                    payload_hash=phash,
+                    workflow=request.workflow,
+                    requester=requester,
+                    input=request.input,
+                    pinned=pinned or {},
+                    status=Status.RECEIVED.value,
+                    version=1,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    lease_epoch=0,
+                    next_attempt_at=None,
+                    dispatched_at=db_now(),
+                    attempts=0,
+                    cancel_requested_at=None,
+                    state=state or {},
+                    outcome=None,
+                    event_seq=1,
+                    trace_id=new_trace_id(),
+                    created_at=db_now(),
+                    updated_at=db_now(),
+                )
+                .on_conflict_do_nothing(index_elements=["tenant_id", "idempotency_key"])
+                .returning(tasks)
+            )
+            row = conn.execute(stmt).first()
+            if row is not None:
+                task = task_from_row(row)
+                conn.execute(
+                    insert(task_events).values(
+                        task_id=task.id,
+                        seq=1,
+                        type="created",
+                        from_status=None,
+                        to_status=Status.RECEIVED.value,
+                        data={"workflow": request.workflow, "requester": requester},
+                        trace_id=task.trace_id,
+                        at=db_now(),
+                    )
+                )
+                return CreateResult(task, created=True)
+            existing = conn.execute(
+                select(tasks).where(
+                    (tasks.c.tenant_id == tenant_id) & (tasks.c.idempotency_key == idempotency_key)
+                )
+            ).one()
+        task = task_from_row(existing)
+        if task.payload_hash != phash:
+            raise IdempotencyConflict(tenant_id, idempotency_key)
+        return CreateResult(task, created=False)
+
+    def get(self, task_id: str, tenant_id: str | None = None) -> TaskRow:
+        """The task, or `NotFound`; with a tenant, another tenant's task is also `NotFound`."""
+        cond = tasks.c.id == task_id
+        if tenant_id is not None:
+            cond = cond & (tasks.c.tenant_id == tenant_id)
+        with self.engine.connect() as conn:
+            row = conn.execute(select(tasks).where(cond)).first()
+        if row is None:
+            raise NotFound(f"task {task_id} not found")
+        return task_from_row(row)
+
+    def list_tasks(
+        self, tenant_id: str, *, status: Status | None = None, limit: int = 100
+    ) -> list[TaskRow]:
+        cond = tasks.c.tenant_id == tenant_id
+        if status is not None:
+            cond = cond & (tasks.c.status == status.value)
+        q = select(tasks).where(cond).order_by(tasks.c.created_at.desc()).limit(limit)
+        with self.engine.connect() as conn:
+            return [task_from_row(r) for r in conn.execute(q)]
+
+    def claim(self, task_id: str, owner: str, ttl_s: float) -> Lease | None:
+        """Take the lease if the task is claimable: not terminal, lease free or lapsed, timer due.
+
+        The expiry comes from the database clock. Returns None when another worker owns it, it
+        is parked, or it is terminal: the caller acks and drops the message.
+        """
+        stmt = (
+            update(tasks)
+            .where(
+                (tasks.c.id == task_id)
+                & tasks.c.status.not_in(_TERMINAL)
+                & or_(tasks.c.lease_expires_at.is_(None), tasks.c.lease_expires_at < db_now())
+                & or_(tasks.c.next_attempt_at.is_(None), tasks.c.next_attempt_at <= db_now())
+            )
+            .values(
+                lease_owner=owner,
+                lease_expires_at=db_now_plus(ttl_s),
+                lease_epoch=tasks.c.lease_epoch + 1,
+            )
+            .returning(tasks)
+        )
+        with self.tx() as conn:
+            row = conn.execute(stmt).first()
+        if row is None:
+            return None
+        task = task_from_row(row)
+        assert task.lease_expires_at is not None
+        return Lease(
+            task=task, owner=owner, epoch=task.lease_epoch, expires_at=task.lease_expires_at
+        )
+
+    def renew(self, lease: Lease, ttl_s: float) -> Lease:
+        """Heartbeat: push the expiry out. `StaleTransition` if the lease was lost."""
+        stmt = (
+            update(tasks)
+            .where(
+                (tasks.c.id == lease.task_id)
+                & (tasks.c.lease_epoch == lease.epoch)
+                & (tasks.c.lease_owner == lease.owner)
+            )
+            .values(lease_expires_at=db_now_plus(ttl_s))
+            .returning(tasks.c.lease_expires_at)
+        )
+        with self.tx() as conn:
+            expires = conn.execute(stmt).scalar_one_or_none()
+        if expires is None:
+            raise StaleTransition(lease.task_id, lease.version, lease.epoch)
+        return Lease(task=lease.task, owner=lease.owner, epoch=lease.epoch, expires_at=expires)
+
+    def commit(self, lease: Lease, patch: Patch, *, lease_ttl_s: float = 30.0) -> CommitResult:
+        """Apply one transition under `lease` (invariant 1). See `writes.apply_patch`."""
+        with self.tx() as conn:
+            task, dispatch = apply_patch(
+                conn,
+                lease.task,
+                owner=lease.owner,
+                epoch=lease.epoch,
+                patch=patch,
+                lease_ttl_s=lease_ttl_s,
+            )
+        new_lease = None
+        if patch.keep_lease:
+            assert task.lease_expires_at is not None
+            new_lease = Lease(
+                task=task, owner=lease.owner, epoch=lease.epoch, expires_at=task.lease_expires_at
+            )
+        return CommitResult(task=task, lease=new_lease, dispatch=dispatch)
+
+    def release(self, lease: Lease) -> bool:
+        """Give the lease back without a transition (the step could not run)."""
+        stmt = (
+            update(tasks)
+            .where(
+                (tasks.c.id == lease.task_id)
+                & (tasks.c.lease_epoch == lease.epoch)
+                & (tasks.c.lease_owner == lease.owner)
+            )
+            .values(lease_owner=None, lease_expires_at=None)
+        )
+        with self.tx() as conn:
+            return conn.execute(stmt).rowcount == 1
+
+    def append_event(self, task_id: str, type_: str, data: dict[str, Any]) -> int:
+        with self.tx() as conn:
+            return append_event(conn, task_id, type_, data)
+
+    def events(
+        self, task_id: str, tenant_id: str | None = None, after_seq: int = 0
+    ) -> list[EventView]:
+        self.get(task_id, tenant_id)  # scope check: another tenant's task is NotFound
+        q = (
+            select(task_events)
+            .where((task_events.c.task_id == task_id) & (task_events.c.seq > after_seq))
+            .order_by(task_events.c.seq)
+        )
+        with self.engine.connect() as conn:
+            return [event_from_row(r) for r in conn.execute(q)]
+
+    def request_cancel(self, task_id: str, tenant_id: str | None = None) -> CancelResult:
+        """Set the cancel flag (not a status write); a parked task is woken to honour it now."""
+        cond = (tasks.c.id == task_id) & tasks.c.status.not_in(_TERMINAL)
+        if tenant_id is not None:
+            cond = cond & (tasks.c.tenant_id == tenant_id)
+        parked = tasks.c.status.in_(_PARKED) & tasks.c.lease_owner.is_(None)
+        with self.tx() as conn:
+            row = conn.execute(
+                update(tasks)
+                .where(cond)
+                .values(
+                    cancel_requested_at=func.coalesce(tasks.c.cancel_requested_at, db_now()),
+                    next_attempt_at=case((parked, db_now()), else_=tasks.c.next_attempt_at),
+                    dispatched_at=case((parked, db_now()), else_=tasks.c.dispatched_at),
+                )
+                .returning(tasks)
+            ).first()
+            if row is None:
+                task = self.get(task_id, tenant_id)  # NotFound, or terminal: nothing to cancel
+                return CancelResult(task, accepted=False, dispatch=None)
+            task = task_from_row(row)
+            append_event(conn, task_id, "cancel_requested", {})
+        woke = task.status in PARKED and task.lease_owner is None
+        return CancelResult(
+            task, accepted=True, dispatch=Dispatch(task.id, task.tenant_id) if woke else None
+        )
+
+    # -- effects -------------------------------------------------------------------------------
+
+    def effects(self, task_id: str) -> list[EffectView]:
+        q = select(effects).where(effects.c.task_id == task_id).order_by(effects.c.created_at)
+        with self.engine.connect() as conn:
+            return [effect_from_row(r) for r in conn.execute(q)]
+
+    def effect(self, task_id: str, idempotency_key: str) -> EffectView | None:
+        q = select(effects).where(
+            (effects.c.task_id == task_id) & (effects.c.idempotency_key == idempotency_key)
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(q).first()
+        return effect_from_row(row) if row is not None else None
+
+    # -- approvals -----------------------------------------------------------------------------
+
+    def approval(self, approval_id: str, tenant_id: str | None = None) -> ApprovalView:
+        cond = approvals.c.id == approval_id
+        if tenant_id is not None:
+            cond = cond & (approvals.c.tenant_id == tenant_id)
+        with self.engine.connect() as conn:
+            row = conn.execute(select(approvals).where(cond)).first()
+        if row is None:
+            raise NotFound(f"approval {approval_id} not found")
+        return approval_from_row(row)
+
+    def list_approvals(
+        self,
+        tenant_id: str | None,
+        *,
+        status: str | None = None,
+        task_id: str | None = None,
+        limit: int = 100,
+    ) -> list[ApprovalView]:
+        conds = []
+        if tenant_id is not None:
+            conds.append(approvals.c.tenant_id == tenant_id)
+        if status is not None:
+            conds.append(approvals.c.status == status)
+        if task_id is not None:
+            conds.append(approvals.c.task_id == task_id)
+        q = (
+            select(approvals)
+            .where(and_(True, *conds))
+            .order_by(approvals.c.created_at.desc())
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [approval_from_row(r) for r in conn.execute(q)]
+
+    def decide_approval(
+        self,
+        approval_id: str,
+        approver: str,
+        *,
+        grant: bool,
+        tenant_id: str | None = None,
+        note: str = "",
+    ) -> DecisionResult:
+        """Grant or deny a pending approval and wake its task. Refuses self-approval, decisions on
+        expired or already decided approvals, and another tenant's approval (as not found)."""
+        current = self.approval(approval_id, tenant_id)
+        if current.requester == approver:
+            raise ApprovalError(approval_id, "the approver cannot be the requester")
+        status = "granted" if grant else "denied"
+        with self.tx() as conn:
+            row = conn.execute(
+                update(approvals)
+                .where(
+                    (approvals.c.id == approval_id)
+                    & (approvals.c.status == "pending")
+                    & (approvals.c.expires_at > db_now())
+                    & (approvals.c.requester != approver)
+                )
+                .values(status=status, approver=approver, decided_at=db_now())
+                .returning(approvals)
+            ).first()
+            if row is None:
+                fresh = self.approval(approval_id)
+                reason = (
+                    f"already {fresh.status}"
+                    if fresh.status != "pending"
+                    else "expired before the decision"
+                )
+                raise ApprovalError(approval_id, reason)
+            view = approval_from_row(row)
+            woke = conn.execute(
+                update(tasks)
+                .where(
+                    (tasks.c.id == view.task_id) & (tasks.c.status == Status.APPROVAL_WAIT.value)
+                )
+                .values(next_attempt_at=db_now(), dispatched_at=db_now())
+                .returning(tasks.c.id, tasks.c.tenant_id)
+            ).first()
+            append_event(
+                conn,
+                view.task_id,
+                f"approval_{status}",
+                {"approval_id": approval_id, "approver": approver, "note": note[:200]},
+            )
+        dispatch = Dispatch(woke[0], woke[1]) if woke is not None else None
+        return DecisionResult(view, dispatch)
+
+    # -- dead letters and marks ----------------------------------------------------------------
+
+    def dead_letters(self, tenant_id: str | None = None, limit: int = 100) -> list[DeadLetterView]:
+        q = select(dead_letters).order_by(dead_letters.c.at.desc()).limit(limit)
+        if tenant_id is not None:
+            q = q.where(dead_letters.c.tenant_id == tenant_id)
+        with self.engine.connect() as conn:
+            return [DeadLetterView(**dict(r._mapping)) for r in conn.execute(q)]
+
+    def mark(self, name: str) -> datetime | None:
+        with self.engine.connect() as conn:
+            value = conn.execute(
+                select(marks.c.at).where(marks.c.name == name)
+            ).scalar_one_or_none()
+        return value
+
+    def set_mark_now(self, name: str) -> datetime:
+        """Record the database's now() under `name` (moving it forward only)."""
+        with self.tx() as conn:
+            now = conn.execute(select(db_now())).scalar_one()
+            try:
+                with conn.begin_nested():
+                    conn.execute(insert(marks).values(name=name, at=now))
+            except IntegrityError:
+                conn.execute(
+                    update(marks).where((marks.c.name == name) & (marks.c.at < now)).values(at=now)
+                )
+        assert isinstance(now, datetime)
+        return now
+
+    # -- sweeps (see sweeps.py) ----------------------------------------------------------------
+
+    def sweep_expired_leases(
+        self, limit: int, lost_lease: Callable[[TaskRow], Patch]
+    ) -> list[Dispatch]:
+        with self.tx() as conn:
+            return sweeps.expired_leases(conn, self.dialect, limit, lost_lease)
+
+    def sweep_lost_dispatch(self, limit: int, cutoff: datetime) -> list[Dispatch]:
+        with self.tx() as conn:
+            return sweeps.lost_dispatch(conn, self.dialect, limit, cutoff)
+
+    def sweep_due(self, status: Status, limit: int, cutoff: datetime) -> list[Dispatch]:
+        with self.tx() as conn:
+            return sweeps.due_timers(conn, self.dialect, status, limit, cutoff)
+
+    def sweep_expired_approvals(self, limit: int) -> list[Dispatch]:
+        with self.tx() as conn:
+            return sweeps.expired_approvals(conn, self.dialect, limit)
+
+    def active_tenants(self) -> list[str]:
+        """Tenants with non-terminal work: consumed by every worker when it starts."""
+        with self.engine.connect() as conn:
+            return list(conn.execute(sweeps.active_tenants_query()).scalars())

@@ -1,0 +1,151 @@
+"""Sweeper queries. Each selects only what is due through a partial index (invariant 10) and
+locks what it takes with SKIP LOCKED, so two sweepers at once split the work instead of doing it
+twice. On SQLite the single writer serialises them; each statement re-checks its predicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Select, distinct, or_, select, update
+
+from agent_jobs.core.patch import Patch
+from agent_jobs.core.states import PARKED, RUNNABLE, Status
+from agent_jobs.store.rows import Dispatch, TaskRow, task_from_row
+from agent_jobs.store.schema import approvals, tasks
+from agent_jobs.store.types import db_now
+from agent_jobs.store.writes import append_event, apply_patch
+
+_DISPATCHABLE = [Status.RECEIVED.value, Status.RUNNING.value, Status.VERIFYING.value]
+_ACTIVE = [s.value for s in RUNNABLE | PARKED]
+
+
+def _locked(q: Select[Any], dialect: str) -> Select[Any]:
+    return q.with_for_update(skip_locked=True) if dialect == "postgresql" else q
+
+
+def expired_leases(
+    conn: Connection, dialect: str, limit: int, lost_lease: Callable[[TaskRow], Patch]
+) -> list[Dispatch]:
+    """Leases that lapsed: an EXECUTING task goes to EXEC_UNKNOWN through the CAS write path
+    (its call may have been sent); any other task loses the lease and is dispatched again."""
+    q = _locked(
+        select(tasks)
+        .where(tasks.c.lease_expires_at < db_now())
+        .order_by(tasks.c.lease_expires_at)
+        .limit(limit),
+        dialect,
+    )
+    out: list[Dispatch] = []
+    for row in conn.execute(q).all():
+        task = task_from_row(row)
+        if task.status is Status.EXECUTING:
+            _, dispatch = apply_patch(
+                conn,
+                task,
+                owner=task.lease_owner,
+                epoch=task.lease_epoch,
+                patch=lost_lease(task),
+                lease_ttl_s=0,
+            )
+            if dispatch is not None:
+                out.append(dispatch)
+            continue
+        cleared = conn.execute(
+            update(tasks)
+            .where(
+                (tasks.c.id == task.id)
+                & (tasks.c.lease_epoch == task.lease_epoch)
+                & (tasks.c.lease_expires_at < db_now())
+            )
+            .values(lease_owner=None, lease_expires_at=None, dispatched_at=db_now())
+        ).rowcount
+        if cleared:
+            append_event(conn, task.id, "lease_expired", {"owner": task.lease_owner})
+            out.append(Dispatch(task.id, task.tenant_id))
+    return out
+
+
+def lost_dispatch(conn: Connection, dialect: str, limit: int, cutoff: datetime) -> list[Dispatch]:
+    """Runnable tasks with no lease whose last step message is older than `cutoff`: the broker
+    lost it, or a worker died between commit and publish."""
+    cond = (
+        tasks.c.status.in_(_DISPATCHABLE)
+        & tasks.c.lease_owner.is_(None)
+        & or_(tasks.c.dispatched_at.is_(None), tasks.c.dispatched_at < cutoff)
+    )
+    ids = _locked(
+        select(tasks.c.id).where(cond).order_by(tasks.c.dispatched_at).limit(limit), dialect
+    )
+    stmt = (
+        update(tasks)
+        .where(tasks.c.id.in_(ids.scalar_subquery()) & cond)
+        .values(dispatched_at=db_now())
+        .returning(tasks.c.id, tasks.c.tenant_id)
+    )
+    return [Dispatch(r[0], r[1]) for r in conn.execute(stmt)]
+
+
+def due_timers(
+    conn: Connection, dialect: str, status: Status, limit: int, cutoff: datetime
+) -> list[Dispatch]:
+    """Parked (or reconcile-backoff) tasks whose timer is due and that were not dispatched since
+    it fell due — or whose dispatch since is older than `cutoff` (lost)."""
+    assert status in (Status.RETRY_WAIT, Status.APPROVAL_WAIT, Status.EXEC_UNKNOWN)
+    cond = (
+        (tasks.c.status == status.value)
+        & tasks.c.lease_owner.is_(None)
+        & or_(tasks.c.next_attempt_at.is_(None), tasks.c.next_attempt_at <= db_now())
+        & or_(
+            tasks.c.dispatched_at.is_(None),
+            tasks.c.dispatched_at < tasks.c.next_attempt_at,
+            tasks.c.dispatched_at < cutoff,
+        )
+    )
+    ids = _locked(
+        select(tasks.c.id).where(cond).order_by(tasks.c.next_attempt_at).limit(limit), dialect
+    )
+    stmt = (
+        update(tasks)
+        .where(tasks.c.id.in_(ids.scalar_subquery()) & cond)
+        .values(dispatched_at=db_now())
+        .returning(tasks.c.id, tasks.c.tenant_id)
+    )
+    return [Dispatch(r[0], r[1]) for r in conn.execute(stmt)]
+
+
+def expired_approvals(conn: Connection, dialect: str, limit: int) -> list[Dispatch]:
+    """Pending or granted-but-unused approvals past their expiry become `expired`, and their
+    task (parked in APPROVAL_WAIT) is woken to re-plan."""
+    cond = approvals.c.status.in_(("pending", "granted")) & (approvals.c.expires_at <= db_now())
+    ids = _locked(
+        select(approvals.c.id).where(cond).order_by(approvals.c.expires_at).limit(limit), dialect
+    )
+    rows = conn.execute(
+        update(approvals)
+        .where(approvals.c.id.in_(ids.scalar_subquery()) & cond)
+        .values(status="expired")
+        .returning(approvals.c.id, approvals.c.task_id)
+    ).all()
+    out: list[Dispatch] = []
+    for approval_id, task_id in rows:
+        append_event(conn, task_id, "approval_expired", {"approval_id": approval_id})
+        woke = conn.execute(
+            update(tasks)
+            .where(
+                (tasks.c.id == task_id)
+                & (tasks.c.status == Status.APPROVAL_WAIT.value)
+                & tasks.c.lease_owner.is_(None)
+            )
+            .values(next_attempt_at=db_now(), dispatched_at=db_now())
+            .returning(tasks.c.id, tasks.c.tenant_id)
+        ).first()
+        if woke is not None:
+            out.append(Dispatch(woke[0], woke[1]))
+    return out
+
+
+def active_tenants_query() -> Select[Any]:
+    return select(distinct(tasks.c.tenant_id)).where(tasks.c.status.in_(_ACTIVE))

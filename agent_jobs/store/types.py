@@ -1,0 +1,87 @@
+"""Column types and database-clock expressions that behave the same on Postgres and SQLite.
+
+Leases and timers are computed from the database clock, never a worker's, so two workers with
+skewed clocks still agree on who owns a task. SQLite has no `now()`; `strftime` gives UTC with
+millisecond precision in the same text format SQLAlchemy stores.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql import expression
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.types import TypeDecorator
+
+JsonType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on both backends (SQLite stores naive UTC text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetimes are not stored; pass an aware UTC datetime")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):  # SQLite text written by strftime in SQL
+            value = datetime.fromisoformat(value)
+        assert isinstance(value, datetime)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class db_now(expression.FunctionElement[datetime]):
+    """The database's current time."""
+
+    type = UTCDateTime()
+    inherit_cache = True
+    name = "db_now"
+
+
+class db_now_plus(expression.FunctionElement[datetime]):
+    """The database's current time plus a number of seconds (may be a bound parameter)."""
+
+    type = UTCDateTime()
+    inherit_cache = True
+    name = "db_now_plus"
+
+
+@compiles(db_now, "postgresql")
+def _pg_now(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "now()"
+
+
+@compiles(db_now, "sqlite")
+def _sqlite_now(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "strftime('%Y-%m-%d %H:%M:%f000', 'now')"
+
+
+@compiles(db_now_plus, "postgresql")
+def _pg_now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
+    (seconds,) = list(element.clauses)
+    return f"(now() + make_interval(secs => {compiler.process(seconds, **kw)}))"
+
+
+@compiles(db_now_plus, "sqlite")
+def _sqlite_now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
+    (seconds,) = list(element.clauses)
+    return (
+        "strftime('%Y-%m-%d %H:%M:%f000', 'now', "
+        f"printf('%+.6f seconds', {compiler.process(seconds, **kw)}))"
+    )

@@ -1,0 +1,236 @@
+"""The one write path (invariant 1): a guarded UPDATE on (version, lease epoch, owner) and the
+event append, plus every record that must move with the status, in the caller's transaction.
+
+Nothing else in the code base writes `tasks.status`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from agent_jobs.core.errors import ApprovalError, StaleTransition
+from agent_jobs.core.patch import Patch
+from agent_jobs.core.states import RUNNABLE, Status, check_transition
+from agent_jobs.store.rows import Dispatch, TaskRow, task_from_row
+from agent_jobs.store.schema import approvals, dead_letters, effects, task_events, tasks
+from agent_jobs.store.types import db_now, db_now_plus
+
+
+def needs_dispatch(patch: Patch) -> bool:
+    """A step message follows a commit into a runnable status the worker does not keep."""
+    return patch.to in RUNNABLE and not patch.keep_lease and patch.wake_in_s is None
+
+
+def apply_patch(
+    conn: Connection,
+    task: TaskRow,
+    *,
+    owner: str | None,
+    epoch: int,
+    patch: Patch,
+    lease_ttl_s: float,
+) -> tuple[TaskRow, Dispatch | None]:
+    """Apply `patch` to `task` if nobody moved it since (version, epoch and owner unchanged).
+
+    Raises `IllegalTransition` before touching the database, `StaleTransition` when the CAS finds
+    zero rows (another worker or a sweeper committed first: the caller must stop), and
+    `ApprovalError` when an approval the patch consumes is no longer usable (the transaction is
+    then rolled back by the caller's context manager, so neither the intent nor the status lands).
+    """
+    check_transition(task.status, patch.to)
+    dispatch = needs_dispatch(patch)
+    values: dict[str, Any] = {
+        "status": patch.to.value,
+        "version": tasks.c.version + 1,
+        "event_seq": tasks.c.event_seq + 1,
+        "updated_at": db_now(),
+        "next_attempt_at": None if patch.wake_in_s is None else db_now_plus(patch.wake_in_s),
+    }
+    if patch.state is not None:
+        values["state"] = patch.state
+    if patch.attempts is not None:
+        values["attempts"] = patch.attempts
+    if patch.outcome is not None:
+        values["outcome"] = patch.outcome
+    if patch.keep_lease:
+        values["lease_expires_at"] = db_now_plus(lease_ttl_s)
+    else:
+        values["lease_owner"] = None
+        values["lease_expires_at"] = None
+    if dispatch:
+        values["dispatched_at"] = db_now()
+    guard = (
+        (tasks.c.id == task.id)
+        & (tasks.c.version == task.version)
+        & (tasks.c.lease_epoch == epoch)
+        & (tasks.c.lease_owner.is_(None) if owner is None else tasks.c.lease_owner == owner)
+    )
+    row = conn.execute(update(tasks).where(guard).values(**values).returning(tasks)).first()
+    if row is None:
+        raise StaleTransition(task.id, task.version, epoch)
+    new = task_from_row(row)
+    conn.execute(
+        insert(task_events).values(
+            task_id=task.id,
+            seq=new.event_seq,
+            type=patch.event,
+            from_status=task.status.value,
+            to_status=patch.to.value,
+            data=patch.data,
+            trace_id=task.trace_id,
+            at=db_now(),
+        )
+    )
+    _write_effect(conn, task.id, patch)
+    _write_approval(conn, task, patch)
+    if patch.dead_letter is not None:
+        conn.execute(
+            insert(dead_letters).values(
+                task_id=task.id,
+                tenant_id=task.tenant_id,
+                workflow=task.workflow,
+                reason=patch.dead_letter[:1000],
+                attempts=new.attempts,
+                at=db_now(),
+            )
+        )
+    return new, (Dispatch(task.id, task.tenant_id) if dispatch else None)
+
+
+def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:
+    eff = patch.effect
+    if eff is None:
+        return
+    action = eff.action
+    if eff.status == "intent":
+        # Intent before effect (invariant 3). A retry after "reconcile found nothing" reuses the
+        # row and its key; the action must be the very same one.
+        existing = conn.execute(
+            select(effects.c.action_hash).where(
+                (effects.c.task_id == task_id)
+                & (effects.c.idempotency_key == action.idempotency_key)
+            )
+        ).scalar_one_or_none()
+        if existing is None:
+            conn.execute(
+                insert(effects).values(
+                    task_id=task_id,
+                    idempotency_key=action.idempotency_key,
+                    tool=action.tool,
+                    tool_version=action.tool_version,
+                    action_hash=action.action_hash,
+                    status="intent",
+                    attempts=1,
+                    result=None,
+                    created_at=db_now(),
+                    updated_at=db_now(),
+                )
+            )
+            return
+        if existing != action.action_hash:
+            raise ValueError(
+                f"effect key {action.idempotency_key!r} already names a different action"
+            )
+        conn.execute(
+            update(effects)
+            .where(
+                (effects.c.task_id == task_id)
+                & (effects.c.idempotency_key == action.idempotency_key)
+            )
+            .values(status="intent", attempts=effects.c.attempts + 1, updated_at=db_now())
+        )
+        return
+    conn.execute(
+        update(effects)
+        .where(
+            (effects.c.task_id == task_id) & (effects.c.idempotency_key == action.idempotency_key)
+        )
+        .values(status=eff.status, result=eff.result, updated_at=db_now())
+    )
+
+
+def _write_approval(conn: Connection, task: TaskRow, patch: Patch) -> None:
+    req = patch.approval_request
+    if req is not None:
+        conn.execute(
+            insert(approvals).values(
+                id=req.approval_id,
+                task_id=task.id,
+                tenant_id=task.tenant_id,
+                tool=req.action.tool,
+                tool_version=req.action.tool_version,
+                args=req.action.args,
+                action_hash=req.action.action_hash,
+                policy_version=req.policy_version,
+                requester=req.requester,
+                approver=None,
+                status="pending",
+                reason=req.reason[:500],
+                created_at=db_now(),
+                expires_at=db_now_plus(req.ttl_s),
+                decided_at=None,
+                used_at=None,
+            )
+        )
+    use = patch.approval_use
+    if use is None:
+        return
+    guard = (approvals.c.id == use.approval_id) & (approvals.c.task_id == task.id)
+    if use.status == "used":
+        # Single use, unexpired, granted: checked by the database in the intent's transaction.
+        guard = (
+            guard
+            & (approvals.c.status == "granted")
+            & approvals.c.used_at.is_(None)
+            & (approvals.c.expires_at > db_now())
+        )
+        values: dict[str, Any] = {"status": "used", "used_at": db_now()}
+    else:
+        guard = guard & approvals.c.status.in_(("pending", "granted"))
+        values = {"status": use.status}
+    done = conn.execute(update(approvals).where(guard).values(**values).returning(approvals.c.id))
+    if done.first() is None and use.status == "used":
+        raise ApprovalError(use.approval_id, "no longer usable (used, expired or not granted)")
+
+
+def append_event(
+    conn: Connection,
+    task_id: str,
+    type_: str,
+    data: dict[str, Any],
+    *,
+    status: Status | None = None,
+) -> int:
+    """Append an event that changes no status (audit records, late results, decisions)."""
+    row = conn.execute(
+        update(tasks)
+        .where(tasks.c.id == task_id)
+        .values(event_seq=tasks.c.event_seq + 1)
+        .returning(tasks.c.event_seq, tasks.c.trace_id, tasks.c.status)
+    ).first()
+    if row is None:
+        raise LookupError(task_id)
+    seq, trace_id, current = row
+    conn.execute(
+        insert(task_events).values(
+            task_id=task_id,
+            seq=seq,
+            type=type_,
+            from_status=(status or Status(current)).value,
+            to_status=None,
+            data=data,
+            trace_id=trace_id,
+            at=db_now(),
+        )
+    )
+    return int(seq)
+
+
+def insert_ignore(dialect: str, table: Any) -> Any:
+    """`INSERT ... ON CONFLICT DO NOTHING` for the running dialect."""
+    if dialect == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
