@@ -12,7 +12,7 @@ from functools import lru_cache
 from agent_jobs.core.errors import ConfigError
 
 EMBEDDED_DATABASE_URL = "sqlite:///agent_jobs.db"
-EMBEDDED_BROKER_URL = "memory://"
+EMBEDDED_BROKER_URL = "memory://localhost/"
 
 
 def _float(name: str, default: float) -> float:
@@ -59,6 +59,8 @@ class Settings:
     # EXEC_UNKNOWN: reconcile reads that fail are retried this many times, then ESCALATED.
     max_reconcile_attempts: int = 5
     sweep_batch: int = 500
+    # A task that takes more steps than this is escalated: no workflow may loop forever.
+    max_steps: int = 10_000
     # How often a worker re-reads the tenant directory to consume newly active tenant queues.
     queue_sync_interval_s: float = 1.0
     # Lease owner name; None means "host:pid" of the process that claims (set after a fork).
@@ -87,6 +89,9 @@ def load_settings() -> Settings:
     """Build settings from `AGENT_JOBS_*` environment variables (unset means the default)."""
     env = os.environ
     defaults = Settings()
+    if (env.get("AGENT_JOBS_BROKER_URL") or defaults.broker_url).startswith("memory://"):
+        # One process holds broker, worker and beat: sweep often, presume loss quickly.
+        defaults = replace(defaults, sweep_interval_s=1.0, dispatch_grace_s=2.0)
     settings = Settings(
         database_url=env.get("AGENT_JOBS_DATABASE_URL") or defaults.database_url,
         broker_url=env.get("AGENT_JOBS_BROKER_URL") or defaults.broker_url,
@@ -102,6 +107,7 @@ def load_settings() -> Settings:
             "AGENT_JOBS_MAX_RECONCILE_ATTEMPTS", defaults.max_reconcile_attempts
         ),
         sweep_batch=_int("AGENT_JOBS_SWEEP_BATCH", defaults.sweep_batch),
+        max_steps=_int("AGENT_JOBS_MAX_STEPS", defaults.max_steps),
         queue_sync_interval_s=_float(
             "AGENT_JOBS_QUEUE_SYNC_INTERVAL_S", defaults.queue_sync_interval_s
         ),

@@ -91,7 +91,8 @@ class EventView(Frozen):
     at: datetime
 
 
-ApprovalStatus = Literal["pending", "granted", "denied", "expired", "used"]
+# "void": closed without use (the task was cancelled, or policy changed before it was used).
+ApprovalStatus = Literal["pending", "granted", "denied", "expired", "used", "void"]
 
 
 class ApprovalView(Frozen):

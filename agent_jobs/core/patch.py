@@ -40,7 +40,7 @@ class ApprovalUse:
     """Consume (single use) or close an approval in the same transaction as the transition."""
 
     approval_id: str
-    status: Literal["used", "expired", "denied"]
+    status: Literal["used", "expired", "void"]
 
 
 @dataclass(frozen=True)

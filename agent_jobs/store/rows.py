@@ -43,7 +43,8 @@ class TaskRow:
         return self.cancel_requested_at is not None
 
     def view(self) -> TaskView:
-        pending = self.state.get("pending_action")
+        runtime = self.state.get("runtime") or {}
+        pending = runtime.get("pending_action")
         return TaskView(
             task_id=self.id,
             tenant_id=self.tenant_id,
@@ -58,7 +59,7 @@ class TaskRow:
             updated_at=self.updated_at,
             outcome=self.outcome,
             pending_action=pending if isinstance(pending, dict) else None,
-            approval_id=self.state.get("approval_id"),
+            approval_id=runtime.get("approval_id"),
         )
 
 

@@ -165,7 +165,9 @@ approvals = Table(
     Column("expires_at", UTCDateTime(), nullable=False),
     Column("decided_at", UTCDateTime()),
     Column("used_at", UTCDateTime()),
-    CheckConstraint("status IN ('pending', 'granted', 'denied', 'expired', 'used')", name="status"),
+    CheckConstraint(
+        "status IN ('pending', 'granted', 'denied', 'expired', 'used', 'void')", name="status"
+    ),
     # The approver is never the requester, enforced by the database as well as the code.
     CheckConstraint("approver IS NULL OR approver <> requester", name="not_self_approved"),
     Index("ix_approvals_tenant_status", "tenant_id", "status"),

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, distinct, or_, select, update
+from sqlalchemy import Connection, Select, or_, select, update
 
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import PARKED, RUNNABLE, Status
@@ -49,6 +49,7 @@ def expired_leases(
                 epoch=task.lease_epoch,
                 patch=lost_lease(task),
                 lease_ttl_s=0,
+                actor="sweeper",
             )
             if dispatch is not None:
                 out.append(dispatch)
@@ -63,7 +64,9 @@ def expired_leases(
             .values(lease_owner=None, lease_expires_at=None, dispatched_at=db_now())
         ).rowcount
         if cleared:
-            append_event(conn, task.id, "lease_expired", {"owner": task.lease_owner})
+            append_event(
+                conn, task.id, "lease_expired", {"owner": task.lease_owner, "by": "sweeper"}
+            )
             out.append(Dispatch(task.id, task.tenant_id))
     return out
 
@@ -148,4 +151,4 @@ def expired_approvals(conn: Connection, dialect: str, limit: int) -> list[Dispat
 
 
 def active_tenants_query() -> Select[Any]:
-    return select(distinct(tasks.c.tenant_id)).where(tasks.c.status.in_(_ACTIVE))
+    return select(tasks.c.tenant_id).where(tasks.c.status.in_(_ACTIVE)).distinct()

@@ -32,6 +32,7 @@ def apply_patch(
     epoch: int,
     patch: Patch,
     lease_ttl_s: float,
+    actor: str | None = None,
 ) -> tuple[TaskRow, Dispatch | None]:
     """Apply `patch` to `task` if nobody moved it since (version, epoch and owner unchanged).
 
@@ -79,7 +80,8 @@ def apply_patch(
             type=patch.event,
             from_status=task.status.value,
             to_status=patch.to.value,
-            data=patch.data,
+            # Who moved it: the lease owner, or a sweeper acting on a lapsed lease.
+            data={**patch.data, "by": actor or owner},
             trace_id=task.trace_id,
             at=db_now(),
         )

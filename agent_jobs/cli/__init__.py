@@ -1,0 +1,81 @@
+"""`agent-jobs`: the command line. Bad input gets one line on stderr and a non-zero exit."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from agent_jobs import __version__
+from agent_jobs.core.errors import AgentJobsError
+
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse prints the whole usage; one line with a hint reads better in scripts.
+        self.exit(EXIT_USAGE, f"agent-jobs: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from agent_jobs.cli import bench, ops, tasks  # noqa: PLC0415 - keep `--help` fast
+
+    parser = _Parser(
+        prog="agent-jobs",
+        description="A durable, multi-tenant job queue for AI-agent tasks.",
+        epilog="Configuration comes from AGENT_JOBS_* environment variables (see the README). "
+        "With none set, it runs embedded: SQLite in ./agent_jobs.db and an in-process broker.",
+    )
+    parser.add_argument("--version", action="version", version=f"agent-jobs {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for module in (tasks, ops, bench):
+        module.register(sub)
+    for extra in _optional_modules():
+        extra.register(sub)
+    return parser
+
+
+def _optional_modules() -> list[ModuleType]:
+    """Command groups of the agent, API and simulator packages, when they are present."""
+    import importlib  # noqa: PLC0415
+
+    found: list[ModuleType] = []
+    for name in ("agent_jobs.cli.agent", "agent_jobs.cli.service"):
+        try:
+            found.append(importlib.import_module(name))
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    debug = args.debug or os.environ.get("AGENT_JOBS_DEBUG") == "1"
+    try:
+        result = args.func(args)
+        return int(result or 0)
+    except AgentJobsError as exc:
+        print(f"agent-jobs: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("agent-jobs: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"agent-jobs: error: {type(exc).__name__}: {first}", file=sys.stderr)
+        print("agent-jobs: (run with --debug for the traceback)", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

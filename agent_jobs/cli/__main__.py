@@ -1,0 +1,3 @@
+from agent_jobs.cli import main
+
+raise SystemExit(main())

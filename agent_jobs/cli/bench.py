@@ -1,0 +1,88 @@
+"""`agent-jobs bench ...`: commands that print figures (never timed assertions in tests)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def _print(result: dict[str, Any], as_json: bool, render: Any) -> int:
+    if as_json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        print(render(result))
+    return 0
+
+
+def cmd_transitions(args: argparse.Namespace) -> int:
+    from agent_jobs.bench import transitions  # noqa: PLC0415
+
+    result = transitions.run(
+        tasks=args.tasks,
+        steps=args.steps,
+        workers=args.workers,
+        rounds=args.rounds,
+        progress=not args.json,
+    )
+    return _print(result, args.json, transitions.render)
+
+
+def cmd_fairness(args: argparse.Namespace) -> int:
+    from agent_jobs.bench import fairness  # noqa: PLC0415
+
+    result = fairness.run(
+        tenants=args.tenants,
+        backlog=args.backlog,
+        step_ms=args.step_ms,
+        workers=args.workers,
+        rounds=args.rounds,
+        active=args.active,
+        progress=not args.json,
+    )
+    return _print(result, args.json, fairness.render)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from agent_jobs.bench import sweep  # noqa: PLC0415
+
+    result = sweep.run(
+        rows=args.rows, small=args.small, due=args.due, repeats=args.repeats, progress=not args.json
+    )
+    return _print(result, args.json, sweep.render)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "bench", help="benchmarks on Postgres + Redis (print figures; --json for one object)"
+    )
+    bsub = p.add_subparsers(dest="bench_command", metavar="BENCH")
+    bsub.required = True
+
+    t = bsub.add_parser(
+        "transitions", help="transitions/s of a no-op workflow vs a hand-built Celery floor"
+    )
+    t.add_argument("--tasks", type=int, default=20)
+    t.add_argument("--steps", type=int, default=200)
+    t.add_argument("--workers", type=int, default=2, help="worker processes")
+    t.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported")
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=cmd_transitions)
+
+    f = bsub.add_parser("fairness", help="a lone tenant's wait behind another tenant's backlog")
+    f.add_argument("--tenants", type=int, default=20, help="tenants with queues")
+    f.add_argument("--active", type=int, default=None, help="(throughput mode) tenants with work")
+    f.add_argument("--backlog", type=int, default=2000)
+    f.add_argument("--step-ms", type=float, default=5.0)
+    f.add_argument("--workers", type=int, default=2)
+    f.add_argument("--rounds", type=int, default=5)
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(func=cmd_fairness)
+
+    s = bsub.add_parser("sweep", help="sweep cost with many finished tasks vs few")
+    s.add_argument("--rows", type=int, default=1_000_000)
+    s.add_argument("--small", type=int, default=1_000)
+    s.add_argument("--due", type=int, default=100)
+    s.add_argument("--repeats", type=int, default=7)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_sweep)

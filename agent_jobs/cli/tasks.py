@@ -1,0 +1,213 @@
+"""Task commands: submit, status, events, cancel, approvals, approve, deny, dead-letters."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from agent_jobs.cli.output import approval_line, event_line, task_text, to_json
+from agent_jobs.core.contracts import TaskRequest, check_idempotency_key, check_tenant_id
+from agent_jobs.core.errors import InvalidInput, NotFound
+
+
+def _runtime() -> Any:
+    from agent_jobs.queue.runtime import get_runtime  # noqa: PLC0415 - Celery loads lazily
+
+    return get_runtime()
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"--input is not valid JSON: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(value, dict):
+        raise InvalidInput("--input must be a JSON object")
+    return value
+
+
+def _checked(check: Any, value: str, what: str) -> str:
+    try:
+        return str(check(value))
+    except ValueError as exc:
+        raise InvalidInput(f"{what}: {exc}") from None
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    tenant = _checked(check_tenant_id, args.tenant, "--tenant")
+    key = _checked(check_idempotency_key, args.key, "--key")
+    raw = sys.stdin.read() if args.input == "-" else args.input
+    try:
+        request = TaskRequest(workflow=args.workflow, input=_json_object(raw))
+    except ValueError as exc:
+        raise InvalidInput(str(exc).splitlines()[-1] if str(exc) else "invalid request") from None
+    rt = _runtime()
+    result = rt.orchestrator.submit(tenant, key, request, requester=args.requester)
+    if args.json:
+        print(
+            to_json(
+                {
+                    "task_id": result.task.id,
+                    "created": result.created,
+                    "status": result.task.status.value,
+                    "trace_id": result.task.trace_id,
+                }
+            )
+        )
+    else:
+        print(result.task.id)
+        if not result.created:
+            print(f"(existing task for key {key!r}: {result.task.status.value})", file=sys.stderr)
+        if rt.settings.embedded:
+            print("(embedded mode: a running `agent-jobs run` picks it up)", file=sys.stderr)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    view = _runtime().store.get(args.task_id, args.tenant).view()
+    print(to_json(view) if args.json else task_text(view))
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    events = _runtime().store.events(args.task_id, args.tenant)
+    if args.json:
+        print(to_json(events))
+    else:
+        for e in events:
+            print(event_line(e))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    result = _runtime().orchestrator.cancel(args.task_id, args.tenant)
+    view = result.task.view()
+    if not result.accepted:
+        print(f"{view.task_id} is already {view.status.value}; nothing to cancel", file=sys.stderr)
+        return 1
+    print(
+        f"{view.task_id} cancel requested ({view.status.value}; cancelled at its next step boundary"
+        + (
+            ", or after its effect is resolved)"
+            if view.status.value in ("EXECUTING", "EXEC_UNKNOWN")
+            else ")"
+        )
+    )
+    return 0
+
+
+def _resolve_approval(rt: Any, ident: str, tenant: str | None) -> str:
+    if ident.startswith("apr_"):
+        return ident
+    pending = rt.store.list_approvals(tenant, status="pending", task_id=ident)
+    if not pending:
+        rt.store.get(ident, tenant)  # NotFound if the task does not exist either
+        raise NotFound(f"task {ident} has no pending approval")
+    return str(pending[0].approval_id)
+
+
+def _decide(args: argparse.Namespace, grant: bool) -> int:
+    rt = _runtime()
+    approval_id = _resolve_approval(rt, args.id, args.tenant)
+    view = rt.orchestrator.decide_approval(
+        approval_id, args.as_user, grant=grant, tenant_id=args.tenant, note=args.note
+    )
+    print(f"{view.approval_id} {view.status} by {view.approver} (task {view.task_id})")
+    return 0
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    return _decide(args, True)
+
+
+def cmd_deny(args: argparse.Namespace) -> int:
+    return _decide(args, False)
+
+
+def cmd_approvals(args: argparse.Namespace) -> int:
+    rows = _runtime().store.list_approvals(
+        args.tenant, status=None if args.status == "all" else args.status
+    )
+    if args.json:
+        print(to_json(rows))
+    else:
+        for a in rows:
+            print(approval_line(a))
+        if not rows:
+            print(f"(no {args.status} approvals)", file=sys.stderr)
+    return 0
+
+
+def cmd_dead_letters(args: argparse.Namespace) -> int:
+    rows = _runtime().store.dead_letters(args.tenant, limit=args.limit)
+    if args.json:
+        print(to_json(rows))
+    else:
+        for d in rows:
+            print(
+                f"{d.task_id}  {d.tenant_id}  {d.workflow}  attempts={d.attempts}  "
+                f"{d.at:%Y-%m-%d %H:%M:%S}  {d.reason}"
+            )
+        if not rows:
+            print("(no dead letters)", file=sys.stderr)
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("submit", help="submit a task; prints its id")
+    p.add_argument("--tenant", required=True, help="tenant id (a-z, 0-9, '_', '-', '.')")
+    p.add_argument(
+        "--key", required=True, help="idempotency key: the same key returns the same task"
+    )
+    p.add_argument("--workflow", required=True, help="name@version, e.g. example@1")
+    p.add_argument(
+        "--input", default="{}", help="the workflow input as a JSON object, or - for stdin"
+    )
+    p.add_argument("--requester", default="cli", help="who is asking (an approver must differ)")
+    p.add_argument("--json", action="store_true", help="print a JSON object")
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("status", help="show a task")
+    p.add_argument("task_id")
+    p.add_argument("--tenant", help="only if it belongs to this tenant")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("events", help="show a task's event log (its trace)")
+    p.add_argument("task_id")
+    p.add_argument("--tenant")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_events)
+
+    p = sub.add_parser("cancel", help="request cancellation (honoured at the next step boundary)")
+    p.add_argument("task_id")
+    p.add_argument("--tenant")
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("approvals", help="list approvals")
+    p.add_argument("--tenant")
+    p.add_argument(
+        "--status",
+        default="pending",
+        choices=["pending", "granted", "denied", "expired", "used", "void", "all"],
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_approvals)
+
+    for name, func, verb in (("approve", cmd_approve, "grant"), ("deny", cmd_deny, "deny")):
+        p = sub.add_parser(name, help=f"{verb} a pending approval (by approval id or task id)")
+        p.add_argument("id", help="apr_... or tsk_...")
+        p.add_argument(
+            "--as", dest="as_user", required=True, help="the approver (never the requester)"
+        )
+        p.add_argument("--tenant")
+        p.add_argument("--note", default="")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("dead-letters", help="list tasks that exhausted their retries")
+    p.add_argument("--tenant")
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_dead_letters)

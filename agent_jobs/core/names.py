@@ -1,0 +1,45 @@
+"""Every queue name and Redis key, built in one place."""
+
+from __future__ import annotations
+
+
+def tenant_queue(prefix: str, tenant_id: str) -> str:
+    """A tenant's own Celery queue: `aj.t.<tenant>` (tenant ids are restricted to [a-z0-9_.-])."""
+    return f"{prefix}.t.{tenant_id}"
+
+
+def tenant_of_queue(prefix: str, queue: str) -> str | None:
+    head = f"{prefix}.t."
+    return queue[len(head) :] if queue.startswith(head) else None
+
+
+def control_queue(prefix: str) -> str:
+    """Where beat sends the sweepers; every worker consumes it."""
+    return f"{prefix}.control"
+
+
+def submit_queue(prefix: str) -> str:
+    """Where other services' `send_task("agent_jobs.submit", ...)` messages arrive."""
+    return f"{prefix}.submit"
+
+
+def active_tenants_key(prefix: str) -> str:
+    """Redis sorted set: tenant -> last dispatch (ms). Workers consume these tenants' queues."""
+    return f"{prefix}:tenants:active"
+
+
+def broker_sentinel_key(prefix: str) -> str:
+    """A key in the broker's Redis; its absence means the broker lost everything."""
+    return f"{prefix}:broker:sentinel"
+
+
+def rate_bucket_key(prefix: str, tenant_id: str) -> str:
+    return f"{prefix}:ratelimit:{tenant_id}"
+
+
+def tenant_inflight_key(prefix: str, tenant_id: str) -> str:
+    return f"{prefix}:inflight:{tenant_id}"
+
+
+def model_semaphore_key(prefix: str) -> str:
+    return f"{prefix}:model:slots"

@@ -1,0 +1,76 @@
+"""Ports the orchestrator calls. Adapters live in `queue` (Celery) and `obs` (metrics)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from agent_jobs.store import Dispatch
+
+
+class Publisher(Protocol):
+    """Publishes step messages to tenant queues. Must not raise for a lost broker: the dispatch
+    is already recorded in the database and the sweeper will repeat it."""
+
+    def publish(self, dispatch: Dispatch) -> None: ...
+
+
+class BrokerProbe(Protocol):
+    """Tells whether the broker lost its messages since the last look (restart, FLUSHALL)."""
+
+    def lost_since_last_check(self) -> bool: ...
+
+
+class Observer(Protocol):
+    """Metrics hooks; every method must be cheap and must never raise."""
+
+    def transition(self, workflow: str, frm: str, to: str) -> None: ...
+
+    def step(self, status: str, seconds: float, result: str) -> None: ...
+
+    def lease_expired(self, count: int) -> None: ...
+
+    def reconciled(self, result: str) -> None: ...
+
+    def dead_letter(self, workflow: str) -> None: ...
+
+    def stale_commit(self) -> None: ...
+
+
+class NullObserver:
+    def transition(self, workflow: str, frm: str, to: str) -> None:
+        pass
+
+    def step(self, status: str, seconds: float, result: str) -> None:
+        pass
+
+    def lease_expired(self, count: int) -> None:
+        pass
+
+    def reconciled(self, result: str) -> None:
+        pass
+
+    def dead_letter(self, workflow: str) -> None:
+        pass
+
+    def stale_commit(self) -> None:
+        pass
+
+
+class NeverLost:
+    """For brokers whose loss we cannot observe (e.g. RabbitMQ with durable queues)."""
+
+    def lost_since_last_check(self) -> bool:
+        return False
+
+
+class FreshInProcessBroker:
+    """The in-process broker starts empty with every process: at the first look, every message
+    a previous process (or a CLI in another process) published is gone."""
+
+    def __init__(self) -> None:
+        self._checked = False
+
+    def lost_since_last_check(self) -> bool:
+        first = not self._checked
+        self._checked = True
+        return first

@@ -1,0 +1,204 @@
+"""The orchestrator: claim a task, run the step for its status, commit, publish the next step.
+
+Crash anywhere and nothing is lost: before the commit the lease expires and a sweeper
+re-dispatches; after the commit the dispatch is recorded in the same row, and with late acks the
+message being processed is redelivered if the worker dies before publishing the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agent_jobs.config import Settings
+from agent_jobs.core.contracts import ApprovalView, TaskRequest
+from agent_jobs.core.errors import ApprovalError, StaleTransition, UnknownWorkflow
+from agent_jobs.core.patch import Patch
+from agent_jobs.core.states import Status
+from agent_jobs.orchestrator.leases import LeaseKeeper
+from agent_jobs.orchestrator.ports import NullObserver, Observer, Publisher
+from agent_jobs.orchestrator.registry import WorkflowRegistry
+from agent_jobs.orchestrator.steps import Session, Steps
+from agent_jobs.store import CancelResult, CreateResult, Dispatch, Lease, Store
+
+log = logging.getLogger(__name__)
+S = Status
+
+
+@dataclass(frozen=True)
+class StepReport:
+    task_id: str
+    from_status: Status
+    to_status: Status | None  # None: nothing to do, or the commit lost the race
+    stale: bool = False
+
+
+class Orchestrator:
+    def __init__(
+        self,
+        store: Store,
+        workflows: WorkflowRegistry,
+        publisher: Publisher,
+        settings: Settings,
+        *,
+        observer: Observer | None = None,
+        keeper: LeaseKeeper | None = None,
+        rand: Callable[[], float] | None = None,
+    ) -> None:
+        self.store = store
+        self.workflows = workflows
+        self.publisher = publisher
+        self.settings = settings
+        self.observer = observer or NullObserver()
+        self.keeper = keeper or LeaseKeeper(store, settings.lease_ttl_s)
+        self.steps = Steps(store, settings, self.observer, **({"rand": rand} if rand else {}))
+
+    # -- entry points used by the API, the CLI and the client -------------------------------
+
+    def submit(
+        self, tenant_id: str, idempotency_key: str, request: TaskRequest, *, requester: str
+    ) -> CreateResult:
+        """Create (or find) the task and publish its first step."""
+        workflow = self.workflows.get(
+            request.workflow
+        )  # unknown workflow: refused, nothing written
+        result = self.store.create_or_get(
+            tenant_id,
+            idempotency_key,
+            request,
+            requester=requester,
+            pinned={"workflow": request.workflow, **workflow.pinned()},
+        )
+        task = result.task
+        # A repeated request for a task nobody has started yet publishes again: if the first
+        # publish was lost with a crashed API process, the client's retry repairs it at once.
+        if result.created or (task.status is S.RECEIVED and task.lease_owner is None):
+            self.publisher.publish(Dispatch(task.id, task.tenant_id))
+        return result
+
+    def cancel(self, task_id: str, tenant_id: str | None = None) -> CancelResult:
+        result = self.store.request_cancel(task_id, tenant_id)
+        if result.dispatch is not None:
+            self.publisher.publish(result.dispatch)
+        return result
+
+    def decide_approval(
+        self,
+        approval_id: str,
+        approver: str,
+        *,
+        grant: bool,
+        tenant_id: str | None = None,
+        note: str = "",
+    ) -> ApprovalView:
+        result = self.store.decide_approval(
+            approval_id, approver, grant=grant, tenant_id=tenant_id, note=note
+        )
+        if result.dispatch is not None:
+            self.publisher.publish(result.dispatch)
+        return result.approval
+
+    # -- the step ---------------------------------------------------------------------------
+
+    def run_step(self, task_id: str) -> StepReport | None:
+        """Advance `task_id` by one step if this worker can claim it; None if it could not."""
+        lease = self.store.claim(task_id, self.settings.lease_owner(), self.settings.lease_ttl_s)
+        if lease is None:
+            return None  # owned elsewhere, parked, or terminal: a duplicate delivery is harmless
+        self.keeper.hold(lease)
+        started = time.monotonic()
+        from_status = lease.task.status
+        result = "error"
+        try:
+            report = self._advance(lease)
+            result = "stale" if report.stale else ("noop" if report.to_status is None else "ok")
+            return report
+        finally:
+            self.keeper.drop(lease)
+            self.observer.step(from_status.value, time.monotonic() - started, result)
+
+    def _advance(self, lease: Lease) -> StepReport:
+        task = lease.task
+        session = Session(
+            lease=lease,
+            workflow=None,  # type: ignore[arg-type]  # set below once resolved
+            commit_keep=lambda patch: self._commit_keep(session, patch),
+            emit=lambda type_, data: self._emit(task.id, type_, data),
+        )
+        try:
+            session.workflow = self.workflows.get(task.workflow)
+        except UnknownWorkflow as exc:
+            return self._finish(session, self.steps.stop(session, str(exc), prefer=S.ESCALATED))
+        try:
+            patch = self._dispatch_status(session)
+        except StaleTransition as exc:
+            # An intermediate commit (the intent) lost the race: another worker owns the task.
+            self.observer.stale_commit()
+            log.info("%s", exc)
+            return StepReport(task.id, task.status, None, stale=True)
+        except ApprovalError as exc:
+            # The grant was consumed or expired between our check and the intent's transaction.
+            log.info("%s", exc)
+            self.store.release(session.lease)
+            return StepReport(task.id, task.status, None)
+        except Exception:
+            log.exception("step for %s (%s) failed; releasing the lease", task.id, task.status)
+            self.store.release(session.lease)
+            raise
+        if patch is None:
+            self.store.release(session.lease)
+            return StepReport(task.id, task.status, None)
+        return self._finish(session, patch)
+
+    def _dispatch_status(self, s: Session) -> Patch | None:
+        status = s.task.status
+        if status is S.RECEIVED:
+            return self.steps.received(s)
+        if status is S.RUNNING:
+            return self.steps.running(s)
+        if status is S.EXECUTING:
+            return self.steps.executing_reclaimed(s)
+        if status is S.EXEC_UNKNOWN:
+            return self.steps.exec_unknown(s)
+        if status is S.VERIFYING:
+            return self.steps.verifying(s)
+        if status is S.APPROVAL_WAIT:
+            return self.steps.approval_wait(s)
+        if status is S.RETRY_WAIT:
+            return self.steps.retry_wait(s)
+        raise AssertionError(f"claimed a task in {status}")  # terminal tasks are never claimed
+
+    def _finish(self, s: Session, patch: Patch) -> StepReport:
+        frm = s.lease.task.status
+        try:
+            result = self.store.commit(s.lease, patch, lease_ttl_s=self.settings.lease_ttl_s)
+        except StaleTransition as exc:
+            self.observer.stale_commit()
+            # A late result (a zombie's) is kept as an event and changes nothing.
+            self._emit(
+                s.lease.task_id,
+                "late_result_dropped",
+                {"from": frm.value, "to": patch.to.value, "event": patch.event, "data": patch.data},
+            )
+            log.info("%s", exc)
+            return StepReport(s.lease.task_id, frm, None, stale=True)
+        self.observer.transition(s.lease.task.workflow, frm.value, patch.to.value)
+        if result.dispatch is not None:
+            self.publisher.publish(result.dispatch)
+        return StepReport(s.lease.task_id, frm, patch.to)
+
+    def _commit_keep(self, s: Session, patch: Patch) -> Lease:
+        frm = s.lease.task.status
+        result = self.store.commit(s.lease, patch, lease_ttl_s=self.settings.lease_ttl_s)
+        assert result.lease is not None
+        self.observer.transition(s.lease.task.workflow, frm.value, patch.to.value)
+        return result.lease
+
+    def _emit(self, task_id: str, type_: str, data: dict[str, Any]) -> None:
+        try:
+            self.store.append_event(task_id, type_, data)
+        except Exception:  # an audit append must not turn a done effect into a failed step
+            log.exception("could not append %s event to %s", type_, task_id)

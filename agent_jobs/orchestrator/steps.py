@@ -1,0 +1,594 @@
+"""One function per status: what the step does and which transition it asks for.
+
+Each returns a `Patch` for the runner to commit, or None for "nothing to do" (the lease is then
+released). EXECUTING is special: the intent is committed first, keeping the lease, and only then
+is the effect attempted (invariant 3) — `Session.commit_keep` does that intermediate commit.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agent_jobs.config import Settings
+from agent_jobs.core.contracts import Action, ApprovalView
+from agent_jobs.core.errors import InvalidInput
+from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
+from agent_jobs.core.retry import backoff_s
+from agent_jobs.core.states import Status, is_legal
+from agent_jobs.orchestrator import workflow as wf
+from agent_jobs.orchestrator.ports import Observer
+from agent_jobs.store import Lease, Store
+from agent_jobs.store.ids import new_id
+
+log = logging.getLogger(__name__)
+
+S = Status
+MAX_NOTES = 20
+
+
+@dataclass
+class Session:
+    """A claimed task being advanced: the lease (replaced after intermediate commits)."""
+
+    lease: Lease
+    workflow: wf.Workflow
+    commit_keep: Callable[[Patch], Lease]
+    emit: Callable[[str, dict[str, Any]], None]
+
+    @property
+    def task(self) -> Any:
+        return self.lease.task
+
+    def runtime(self) -> dict[str, Any]:
+        return copy.deepcopy(self.lease.task.state.get("runtime") or {})
+
+    def inp(self) -> wf.StepInput:
+        t = self.lease.task
+        return wf.StepInput(
+            task_id=t.id,
+            tenant_id=t.tenant_id,
+            workflow=t.workflow,
+            requester=t.requester,
+            idempotency_key=t.idempotency_key,
+            input=copy.deepcopy(t.input),
+            state=copy.deepcopy(t.state),
+            pinned=copy.deepcopy(t.pinned),
+            attempts=t.attempts,
+            trace_id=t.trace_id,
+            cancel_requested=t.cancel_requested,
+            emit=self.emit,
+        )
+
+
+def with_runtime(
+    state: dict[str, Any] | None, base: dict[str, Any], runtime: dict[str, Any]
+) -> dict[str, Any]:
+    """The workflow owns the state, except the `runtime` entry, which is the orchestrator's."""
+    out = dict(base if state is None else state)
+    out["runtime"] = runtime
+    return out
+
+
+def note(runtime: dict[str, Any], kind: str, **data: Any) -> None:
+    """Record what happened for the workflow's next decision (a denial, a rejection, ...)."""
+    notes = list(runtime.get("notes", []))
+    notes.append({"kind": kind, **data})
+    runtime["notes"] = notes[-MAX_NOTES:]
+
+
+def action_summary(action: Action) -> dict[str, Any]:
+    """What goes into events: identity and hashes, never raw arguments."""
+    return {
+        "tool": action.tool,
+        "tool_version": action.tool_version,
+        "action_hash": action.action_hash,
+        "idempotency_key": action.idempotency_key,
+    }
+
+
+class Steps:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        observer: Observer,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.observer = observer
+        self.rand = rand
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def stop(self, s: Session, reason: str, *, prefer: Status = S.FAILED, **extra: Any) -> Patch:
+        """End the task as FAILED (or ESCALATED where FAILED is not a legal exit)."""
+        to = prefer if is_legal(s.task.status, prefer) else S.ESCALATED
+        if not is_legal(s.task.status, to):
+            to = S.FAILED
+        return Patch(
+            to=to,
+            event="stopped",
+            data={"reason": reason, **extra},
+            outcome={"reason": reason, **extra},
+        )
+
+    def cancelled(self, s: Session) -> Patch:
+        rt = s.runtime()
+        use = None
+        if rt.get("approval_id"):
+            use = ApprovalUse(rt["approval_id"], "void")
+        return Patch(
+            to=S.CANCELLED,
+            event="cancelled",
+            data={},
+            outcome={"cancelled": True},
+            approval_use=use,
+        )
+
+    def retry(
+        self, s: Session, reason: str, state: dict[str, Any] | None, after: float | None = None
+    ) -> Patch:
+        attempt = s.task.attempts + 1
+        rt = s.runtime()
+        new_state = with_runtime(state, s.task.state, rt)
+        if attempt >= self.settings.max_attempts:
+            self.observer.dead_letter(s.task.workflow)
+            return Patch(
+                to=S.FAILED,
+                event="dead_lettered",
+                data={"reason": reason, "attempts": attempt},
+                state=new_state,
+                attempts=attempt,
+                dead_letter=reason,
+                outcome={"reason": reason, "attempts": attempt, "dead_letter": True},
+            )
+        delay = backoff_s(
+            attempt, self.settings.retry_base_s, self.settings.retry_max_s, self.rand() * 0.999
+        )
+        if after is not None:
+            delay = max(delay, after)
+        return Patch(
+            to=S.RETRY_WAIT,
+            event="retry_scheduled",
+            data={"reason": reason, "attempt": attempt, "delay_s": round(delay, 3)},
+            state=new_state,
+            attempts=attempt,
+            wake_in_s=delay,
+        )
+
+    # -- RECEIVED --------------------------------------------------------------------------
+
+    def received(self, s: Session) -> Patch:
+        if s.task.cancel_requested:
+            return self.cancelled(s)
+        try:
+            state = s.workflow.start(s.inp())
+        except InvalidInput as exc:
+            return self.stop(s, f"invalid input: {exc}")
+        runtime = {"steps": 0, "notes": []}
+        return Patch(to=S.RUNNING, event="started", state=with_runtime(state, {}, runtime))
+
+    # -- RUNNING ---------------------------------------------------------------------------
+
+    def running(self, s: Session) -> Patch:
+        if s.task.cancel_requested:
+            return self.cancelled(s)
+        rt = s.runtime()
+        rt["steps"] = int(rt.get("steps", 0)) + 1
+        if rt["steps"] > self.settings.max_steps:
+            return self.stop(s, "step budget exhausted", prefer=S.ESCALATED)
+        try:
+            decision = s.workflow.decide(s.inp())
+        except Exception as exc:
+            log.exception("decide failed for %s", s.task.id)
+            return self.retry(s, f"decide raised {type(exc).__name__}: {exc}", None)
+        if isinstance(decision, wf.Observe):
+            return Patch(
+                to=S.RUNNING,
+                event="observed",
+                data={"note": decision.note},
+                state=with_runtime(decision.state, s.task.state, rt),
+                attempts=0,
+            )
+        if isinstance(decision, wf.ToVerify):
+            return Patch(
+                to=S.VERIFYING,
+                event="draft_ready",
+                state=with_runtime(decision.state, s.task.state, rt),
+                attempts=0,
+            )
+        if isinstance(decision, wf.Retry):
+            s_state = with_runtime(decision.state, s.task.state, rt)
+            return self.retry(s, decision.reason, s_state, decision.retry_after_s)
+        if isinstance(decision, wf.Escalate):
+            return Patch(
+                to=S.ESCALATED,
+                event="escalated",
+                data={"reason": decision.reason},
+                state=with_runtime(decision.state, s.task.state, rt),
+                outcome={"reason": decision.reason},
+            )
+        if isinstance(decision, wf.Fail):
+            return Patch(
+                to=S.FAILED,
+                event="failed",
+                data={"reason": decision.reason},
+                state=with_runtime(decision.state, s.task.state, rt),
+                outcome={"reason": decision.reason},
+            )
+        return self.act(s, decision, rt)
+
+    def act(self, s: Session, decision: wf.Act, rt: dict[str, Any]) -> Patch:
+        action = decision.action
+        try:
+            auth = s.workflow.authorize(s.inp(), action)
+        except Exception as exc:
+            log.exception("authorize failed for %s", s.task.id)
+            return self.retry(s, f"authorize raised {type(exc).__name__}: {exc}", decision.state)
+        summary = {
+            **action_summary(action),
+            "policy_version": auth.policy_version,
+            "decision": auth.kind,
+        }
+        rt["last_policy"] = {
+            "decision": auth.kind,
+            "policy_version": auth.policy_version,
+            "reason": auth.reason,
+        }
+        if auth.kind == "deny":
+            note(rt, "policy_denied", reason=auth.reason, **action_summary(action))
+            return Patch(
+                to=S.RUNNING,
+                event="policy_denied",
+                data={**summary, "reason": auth.reason},
+                state=with_runtime(decision.state, s.task.state, rt),
+                attempts=0,
+            )
+        rt["pending_action"] = action.model_dump(mode="json")
+        if auth.kind == "needs_approval":
+            approval_id = new_id("apr")
+            rt["approval_id"] = approval_id
+            return Patch(
+                to=S.APPROVAL_WAIT,
+                event="approval_requested",
+                data={
+                    **summary,
+                    "approval_id": approval_id,
+                    "reason": auth.reason,
+                    "ttl_s": auth.ttl_s,
+                },
+                state=with_runtime(decision.state, s.task.state, rt),
+                attempts=0,
+                wake_in_s=auth.ttl_s,
+                approval_request=ApprovalRequest(
+                    approval_id=approval_id,
+                    action=action,
+                    policy_version=auth.policy_version,
+                    requester=s.task.requester,
+                    reason=auth.reason or "policy requires approval",
+                    ttl_s=auth.ttl_s,
+                ),
+            )
+        rt["approval_id"] = None
+        intent = Patch(
+            to=S.EXECUTING,
+            event="intent_recorded",
+            data=summary,
+            state=with_runtime(decision.state, s.task.state, rt),
+            attempts=0,
+            keep_lease=True,
+            effect=EffectWrite(action, "intent"),
+        )
+        return self.execute_after(s, intent, action)
+
+    # -- EXECUTING -------------------------------------------------------------------------
+
+    def execute_after(self, s: Session, intent: Patch, action: Action) -> Patch:
+        """Commit the intent (keeping the lease), then call the tool, then report the outcome."""
+        s.lease = s.commit_keep(intent)
+        try:
+            outcome = s.workflow.execute(s.inp(), action)
+        except Exception as exc:  # we cannot know whether the request left: unknown, not failed
+            log.exception("execute raised for %s", s.task.id)
+            outcome = wf.Unknown(f"execute raised {type(exc).__name__}: {exc}")
+        return self.effect_outcome(s, action, outcome)
+
+    def effect_outcome(self, s: Session, action: Action, outcome: wf.EffectOutcome) -> Patch:
+        rt = s.runtime()
+        summary = action_summary(action)
+        if isinstance(outcome, wf.Ok):
+            return self.committed(s, action, outcome.result, rt, event="effect_committed")
+        if isinstance(outcome, wf.Rejected):
+            rt["pending_action"] = None
+            note(rt, "effect_rejected", code=outcome.code, message=outcome.message, **summary)
+            return Patch(
+                to=S.RUNNING,
+                event="effect_rejected",
+                data={**summary, "code": outcome.code, "message": outcome.message[:200]},
+                state=with_runtime(None, s.task.state, rt),
+                effect=EffectWrite(action, "failed", {"code": outcome.code}),
+            )
+        self.observer.reconciled("entered_unknown")
+        return Patch(
+            to=S.EXEC_UNKNOWN,
+            event="effect_unknown",
+            data={**summary, "reason": outcome.reason[:200]},
+            state=with_runtime(None, s.task.state, rt),
+            effect=EffectWrite(action, "unknown"),
+        )
+
+    def committed(
+        self, s: Session, action: Action, result: dict[str, Any], rt: dict[str, Any], *, event: str
+    ) -> Patch:
+        try:
+            after = s.workflow.after_effect(s.inp(), action, result)
+            state, verify = after.state, after.verify
+        except Exception:
+            log.exception("after_effect raised for %s", s.task.id)
+            state, verify = None, False
+        rt["pending_action"] = None
+        rt["last_effect"] = {**action_summary(action), "status": "committed"}
+        note(rt, "effect_committed", **action_summary(action))
+        return Patch(
+            to=S.VERIFYING if verify else S.RUNNING,
+            event=event,
+            data=action_summary(action),
+            state=with_runtime(state, s.task.state, rt),
+            effect=EffectWrite(action, "committed", result),
+        )
+
+    def executing_reclaimed(self, s: Session) -> Patch:
+        """A fresh claim of an EXECUTING task: whoever held it lost the lease mid-call."""
+        rt = s.runtime()
+        action = Action.model_validate(rt["pending_action"])
+        self.observer.reconciled("entered_unknown")
+        return Patch(
+            to=S.EXEC_UNKNOWN,
+            event="lease_lost_during_effect",
+            data=action_summary(action),
+            effect=EffectWrite(action, "unknown"),
+        )
+
+    # -- EXEC_UNKNOWN ----------------------------------------------------------------------
+
+    def exec_unknown(self, s: Session) -> Patch:
+        rt = s.runtime()
+        action = Action.model_validate(rt["pending_action"])
+        summary = action_summary(action)
+        try:
+            found = s.workflow.reconcile(s.inp(), action)
+        except Exception as exc:
+            log.exception("reconcile raised for %s", s.task.id)
+            found = wf.LookupFailed(f"reconcile raised {type(exc).__name__}: {exc}")
+        if isinstance(found, wf.Found):
+            self.observer.reconciled("found")
+            return self.committed(s, action, found.result, rt, event="reconciled_found")
+        if isinstance(found, wf.Different):
+            self.observer.reconciled("different")
+            return Patch(
+                to=S.ESCALATED,
+                event="reconciled_different",
+                data={**summary, "detail": found.detail[:200]},
+                outcome={
+                    "reason": "effect found but different from the intent",
+                    "detail": found.detail,
+                },
+            )
+        if isinstance(found, wf.LookupFailed):
+            self.observer.reconciled("lookup_failed")
+            failures = int(rt.get("reconcile_failures", 0)) + 1
+            rt["reconcile_failures"] = failures
+            if failures >= self.settings.max_reconcile_attempts:
+                return Patch(
+                    to=S.ESCALATED,
+                    event="reconcile_exhausted",
+                    data={**summary, "reason": found.reason[:200]},
+                    state=with_runtime(None, s.task.state, rt),
+                    outcome={"reason": "the outcome of the effect could not be determined"},
+                )
+            delay = backoff_s(
+                failures, self.settings.retry_base_s, self.settings.retry_max_s, self.rand() * 0.999
+            )
+            return Patch(
+                to=S.EXEC_UNKNOWN,
+                event="reconcile_failed",
+                data={**summary, "reason": found.reason[:200], "retry_in_s": round(delay, 3)},
+                state=with_runtime(None, s.task.state, rt),
+                wake_in_s=delay,
+            )
+        self.observer.reconciled("not_found")
+        return self.not_found(s, action, rt)
+
+    def not_found(self, s: Session, action: Action, rt: dict[str, Any]) -> Patch:
+        """Reconcile found nothing: retry with the same key — if the task may still act."""
+        summary = action_summary(action)
+        if s.task.cancel_requested:
+            return Patch(
+                to=S.ESCALATED,
+                event="reconciled_not_found",
+                data={**summary, "reason": "cancel requested; not retrying the effect"},
+                outcome={"reason": "cancelled while the effect was unknown; no effect found"},
+            )
+        approval_id = rt.get("approval_id")
+        if approval_id:
+            approval = self.store.approval(approval_id)
+            if approval.expires_at <= self.store.db_now():
+                # Approval covers the intent, not the number of attempts, but not past expiry.
+                rt["approval_id"] = None
+                note(rt, "approval_expired_before_retry", approval_id=approval_id)
+                return self.request_approval(s, action, rt, reason="grant expired before the retry")
+        rt["reconcile_failures"] = 0
+        intent = Patch(
+            to=S.EXECUTING,
+            event="retry_same_key",
+            data={**summary, "reason": "reconcile found no effect"},
+            state=with_runtime(None, s.task.state, rt),
+            keep_lease=True,
+            effect=EffectWrite(action, "intent"),
+        )
+        return self.execute_after(s, intent, action)
+
+    def request_approval(
+        self, s: Session, action: Action, rt: dict[str, Any], *, reason: str
+    ) -> Patch:
+        auth = s.workflow.authorize(s.inp(), action)
+        if auth.kind == "deny":
+            return Patch(
+                to=S.ESCALATED,
+                event="policy_denied_on_retry",
+                data={**action_summary(action), "reason": auth.reason},
+                outcome={"reason": "policy now denies the pending action"},
+            )
+        approval_id = new_id("apr")
+        rt["approval_id"] = approval_id
+        return Patch(
+            to=S.APPROVAL_WAIT,
+            event="approval_requested",
+            data={**action_summary(action), "approval_id": approval_id, "reason": reason},
+            state=with_runtime(None, s.task.state, rt),
+            wake_in_s=auth.ttl_s,
+            approval_request=ApprovalRequest(
+                approval_id, action, auth.policy_version, s.task.requester, reason, auth.ttl_s
+            ),
+        )
+
+    # -- APPROVAL_WAIT ---------------------------------------------------------------------
+
+    def approval_wait(self, s: Session) -> Patch | None:
+        rt = s.runtime()
+        approval = self.store.approval(rt["approval_id"])
+        if s.task.cancel_requested:
+            return self.cancelled(s)
+        action = Action.model_validate(rt["pending_action"])
+        now = self.store.db_now()
+        if approval.status == "pending" and approval.expires_at > now:
+            return None  # woken early (a duplicate message): nothing was decided yet
+        if approval.status == "granted":
+            return self.granted(s, approval, action, rt, now)
+        kind = "approval_denied" if approval.status == "denied" else "approval_expired"
+        rt["pending_action"] = None
+        rt["approval_id"] = None
+        note(rt, kind, approval_id=approval.approval_id, approver=approval.approver)
+        use = ApprovalUse(approval.approval_id, "expired") if approval.status == "pending" else None
+        return Patch(
+            to=S.RUNNING,
+            event=kind,
+            data={"approval_id": approval.approval_id},
+            state=with_runtime(None, s.task.state, rt),
+            approval_use=use,
+        )
+
+    def granted(
+        self, s: Session, approval: ApprovalView, action: Action, rt: dict[str, Any], now: Any
+    ) -> Patch:
+        """Revalidate before acting: same action hash, unused, unexpired, not self-approved, and
+        the policy of today still agrees (policy is evaluated again on resume)."""
+        problem = None
+        if approval.action_hash != action.action_hash:
+            problem = "action_changed"
+        elif approval.used_at is not None:
+            problem = "used"
+        elif approval.expires_at <= now:
+            problem = "expired"
+        elif approval.approver == approval.requester:
+            problem = "self_approval"
+        auth = None
+        if problem is None:
+            auth = s.workflow.authorize(s.inp(), action)
+            if auth.kind == "deny":
+                problem = "policy_denies_now"
+            elif auth.policy_version != approval.policy_version:
+                problem = "policy_changed"
+        if problem is not None:
+            rt["pending_action"] = None
+            rt["approval_id"] = None
+            note(rt, "approval_invalid", approval_id=approval.approval_id, reason=problem)
+            return Patch(
+                to=S.RUNNING,
+                event="approval_invalid",
+                data={"approval_id": approval.approval_id, "reason": problem},
+                state=with_runtime(None, s.task.state, rt),
+                approval_use=ApprovalUse(
+                    approval.approval_id, "expired" if problem == "expired" else "void"
+                ),
+            )
+        assert auth is not None
+        intent = Patch(
+            to=S.EXECUTING,
+            event="intent_recorded",
+            data={
+                **action_summary(action),
+                "approval_id": approval.approval_id,
+                "approver": approval.approver,
+                "policy_version": auth.policy_version,
+            },
+            state=with_runtime(None, s.task.state, rt),
+            keep_lease=True,
+            effect=EffectWrite(action, "intent"),
+            # Consumed in the intent's transaction (invariant 8): single use, checked by the DB.
+            approval_use=ApprovalUse(approval.approval_id, "used"),
+        )
+        return self.execute_after(s, intent, action)
+
+    # -- RETRY_WAIT and VERIFYING ----------------------------------------------------------
+
+    def retry_wait(self, s: Session) -> Patch:
+        if s.task.cancel_requested:
+            return self.cancelled(s)
+        return Patch(to=S.RUNNING, event="retry_due", data={"attempt": s.task.attempts})
+
+    def verifying(self, s: Session) -> Patch:
+        rt = s.runtime()
+        try:
+            verdict = s.workflow.verify(s.inp())
+        except Exception as exc:
+            log.exception("verify raised for %s", s.task.id)
+            attempt = s.task.attempts + 1
+            if attempt >= self.settings.max_attempts:
+                return Patch(
+                    to=S.ESCALATED,
+                    event="verify_exhausted",
+                    data={"reason": str(exc)[:200]},
+                    attempts=attempt,
+                    outcome={"reason": "verification kept failing"},
+                )
+            note(rt, "verify_error", error=f"{type(exc).__name__}: {exc}"[:200])
+            return Patch(
+                to=S.RUNNING,
+                event="verify_error",
+                data={"error": str(exc)[:200]},
+                state=with_runtime(None, s.task.state, rt),
+                attempts=attempt,
+            )
+        if isinstance(verdict, wf.Complete):
+            outcome = dict(verdict.outcome)
+            if s.task.cancel_requested:
+                outcome["cancel_requested_too_late"] = True
+            return Patch(
+                to=S.COMPLETED,
+                event="completed",
+                data={"verified": True},
+                state=with_runtime(verdict.state, s.task.state, rt),
+                outcome=outcome,
+            )
+        if isinstance(verdict, wf.Redraft):
+            note(rt, "redraft", reason=verdict.reason)
+            return Patch(
+                to=S.RUNNING,
+                event="redraft",
+                data={"reason": verdict.reason[:200]},
+                state=with_runtime(verdict.state, s.task.state, rt),
+            )
+        return Patch(
+            to=S.ESCALATED,
+            event="escalated",
+            data={"reason": verdict.reason},
+            state=with_runtime(verdict.state, s.task.state, rt),
+            outcome={"reason": verdict.reason},
+        )

@@ -1,0 +1,127 @@
+"""Beat sweepers. Each is idempotent and safe to run twice at once (invariant 10); each costs
+what is due, through its partial index; each publishes only what it took in its transaction."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from agent_jobs.config import Settings
+from agent_jobs.core.contracts import Action
+from agent_jobs.core.patch import EffectWrite, Patch
+from agent_jobs.core.states import Status
+from agent_jobs.orchestrator.ports import BrokerProbe, NullObserver, Observer, Publisher
+from agent_jobs.orchestrator.steps import action_summary
+from agent_jobs.store import Dispatch, Store, TaskRow
+
+log = logging.getLogger(__name__)
+
+BROKER_LOST_MARK = "broker_lost_before"
+KINDS = ("lease", "dispatch", "retry", "unknown", "approvals")
+MAX_BATCHES = 200  # one sweep call moves at most MAX_BATCHES * batch tasks, then yields
+
+
+def lost_lease_patch(task: TaskRow) -> Patch:
+    """EXECUTING with a lapsed lease: the call may have been sent. Unknown, never failed."""
+    action = Action.model_validate((task.state.get("runtime") or {})["pending_action"])
+    return Patch(
+        to=Status.EXEC_UNKNOWN,
+        event="lease_expired_during_effect",
+        data={**action_summary(action), "owner": task.lease_owner},
+        effect=EffectWrite(action, "unknown"),
+    )
+
+
+@dataclass
+class SweepReport:
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+class Sweepers:
+    def __init__(
+        self,
+        store: Store,
+        publisher: Publisher,
+        settings: Settings,
+        probe: BrokerProbe,
+        observer: Observer | None = None,
+    ) -> None:
+        self.store = store
+        self.publisher = publisher
+        self.settings = settings
+        self.probe = probe
+        self.observer = observer or NullObserver()
+
+    def run(self, kind: str) -> int:
+        if kind == "all":
+            return self.all().total
+        if kind not in KINDS:
+            raise ValueError(f"unknown sweeper {kind!r}; one of {', '.join(KINDS)}, all")
+        return int(getattr(self, kind)())
+
+    def all(self) -> SweepReport:
+        return SweepReport({kind: int(getattr(self, kind)()) for kind in KINDS})
+
+    def _drain(self, take: Callable[[], list[Dispatch]]) -> int:
+        total = 0
+        for _ in range(MAX_BATCHES):
+            batch = take()
+            for dispatch in batch:
+                self.publisher.publish(dispatch)
+            total += len(batch)
+            if len(batch) < self.settings.sweep_batch:
+                break
+        return total
+
+    def cutoff(self) -> datetime:
+        """Dispatches older than this are presumed lost: the grace period, or the moment the
+        broker was found to have lost its messages, whichever is later."""
+        now = self.store.db_now()
+        cutoff = now - timedelta(seconds=self.settings.dispatch_grace_s)
+        if self.probe.lost_since_last_check():
+            log.warning("the broker lost its messages; re-dispatching every waiting task")
+            self.store.set_mark_now(BROKER_LOST_MARK)
+        mark = self.store.mark(BROKER_LOST_MARK)
+        if mark is not None and mark > cutoff:
+            cutoff = mark
+        return cutoff
+
+    def lease(self) -> int:
+        n = self._drain(
+            lambda: self.store.sweep_expired_leases(self.settings.sweep_batch, lost_lease_patch)
+        )
+        if n:
+            self.observer.lease_expired(n)
+        return n
+
+    def dispatch(self) -> int:
+        cutoff = self.cutoff()
+        return self._drain(
+            lambda: self.store.sweep_lost_dispatch(self.settings.sweep_batch, cutoff)
+        )
+
+    def retry(self) -> int:
+        cutoff = self.cutoff()
+        return self._drain(
+            lambda: self.store.sweep_due(Status.RETRY_WAIT, self.settings.sweep_batch, cutoff)
+        )
+
+    def unknown(self) -> int:
+        cutoff = self.cutoff()
+        return self._drain(
+            lambda: self.store.sweep_due(Status.EXEC_UNKNOWN, self.settings.sweep_batch, cutoff)
+        )
+
+    def approvals(self) -> int:
+        cutoff = self.cutoff()
+        expired = self._drain(lambda: self.store.sweep_expired_approvals(self.settings.sweep_batch))
+        due = self._drain(
+            lambda: self.store.sweep_due(Status.APPROVAL_WAIT, self.settings.sweep_batch, cutoff)
+        )
+        return expired + due

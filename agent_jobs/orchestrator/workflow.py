@@ -1,0 +1,210 @@
+"""The `Workflow` interface: the hooks a workflow implements, and what each may return.
+
+A workflow never writes status. Its hooks return decisions; the orchestrator maps them onto the
+transition table and commits them with compare-and-set. Hooks take one frozen input, so adding
+a field breaks no workflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from agent_jobs.core.contracts import Action
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """Everything a hook may read about the task. `state` is a copy: return a new one."""
+
+    task_id: str
+    tenant_id: str
+    workflow: str
+    requester: str
+    idempotency_key: str
+    input: dict[str, Any]
+    state: dict[str, Any]
+    pinned: dict[str, Any]
+    attempts: int
+    trace_id: str
+    cancel_requested: bool
+    # Append a non-transition event to the task's trace (tool audit records, model calls).
+    emit: Callable[[str, dict[str, Any]], None] = field(compare=False, repr=False)
+
+
+# -- decide (RUNNING) ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Observe:
+    """A read step: new facts recorded, stay RUNNING and decide again."""
+
+    state: dict[str, Any]
+    note: str = "observed"
+
+
+@dataclass(frozen=True)
+class Act:
+    """Propose one side-effecting action. Policy (`authorize`) decides what happens to it."""
+
+    action: Action
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToVerify:
+    """A draft or result is ready for the verifier."""
+
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A transient failure: park in RETRY_WAIT with backoff (dead letter after the last attempt)."""
+
+    reason: str
+    state: dict[str, Any] | None = None
+    retry_after_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Escalate:
+    reason: str
+    state: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Fail:
+    reason: str
+    state: dict[str, Any] | None = None
+
+
+Decision = Observe | Act | ToVerify | Retry | Escalate | Fail
+
+
+# -- authorize -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Authorization:
+    kind: Literal["allow", "deny", "needs_approval"]
+    policy_version: str
+    reason: str = ""
+    ttl_s: float = 1800.0
+
+
+# -- execute / reconcile -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ok:
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """The system of record said no: it did not apply the request."""
+
+    code: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """It may or may not have applied the request (timeout, connection lost, 5xx after send)."""
+
+    reason: str
+
+
+EffectOutcome = Ok | Rejected | Unknown
+
+
+@dataclass(frozen=True)
+class Found:
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NotFound:
+    pass
+
+
+@dataclass(frozen=True)
+class Different:
+    """An effect exists under the key but does not match the intent."""
+
+    detail: str
+
+
+@dataclass(frozen=True)
+class LookupFailed:
+    reason: str
+
+
+ReconcileResult = Found | NotFound | Different | LookupFailed
+
+
+@dataclass(frozen=True)
+class AfterEffect:
+    """What a committed effect means for the task: the new state, and verify now or continue."""
+
+    state: dict[str, Any]
+    verify: bool = True
+
+
+# -- verify --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Complete:
+    outcome: dict[str, Any]
+    state: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Redraft:
+    reason: str
+    state: dict[str, Any]
+
+
+Verdict = Complete | Redraft | Escalate
+
+
+class Workflow(Protocol):
+    """A workflow is code: its decision points, its policy, its effects and its verifier."""
+
+    name: str
+    version: int
+
+    def pinned(self) -> dict[str, Any]:
+        """Versions a task is pinned to when it is created (prompt, model route, tool schemas)."""
+        ...
+
+    def start(self, inp: StepInput) -> dict[str, Any]:
+        """Validate the input and return the initial state. Raise `InvalidInput` to fail."""
+        ...
+
+    def decide(self, inp: StepInput) -> Decision:
+        """RUNNING: read, propose an action, hand a draft to the verifier, retry, or stop."""
+        ...
+
+    def authorize(self, inp: StepInput, action: Action) -> Authorization:
+        """Policy, evaluated at decision time and again when a task resumes after approval."""
+        ...
+
+    def execute(self, inp: StepInput, action: Action) -> EffectOutcome:
+        """Perform the side effect with `action.idempotency_key`. Never retry inside."""
+        ...
+
+    def reconcile(self, inp: StepInput, action: Action) -> ReconcileResult:
+        """Look the effect up in the system of record by its idempotency key."""
+        ...
+
+    def after_effect(self, inp: StepInput, action: Action, result: dict[str, Any]) -> AfterEffect:
+        """Absorb a committed effect's result (from the call or from reconciliation)."""
+        ...
+
+    def verify(self, inp: StepInput) -> Verdict:
+        """VERIFYING: check the claims against verified facts."""
+        ...

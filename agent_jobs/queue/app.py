@@ -1,0 +1,22 @@
+"""The Celery app. Settings come from `agent_jobs.queue.celery_config`, then from the module named
+by AGENT_JOBS_CELERY_CONFIG, if any (e.g. an edited copy of the repository's celeryconfig.py)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from celery import Celery
+
+from agent_jobs.queue.consumers import TenantQueues
+
+app = Celery("agent_jobs", include=["agent_jobs.queue.tasks"])
+app.config_from_object("agent_jobs.queue.celery_config")
+_override = os.environ.get("AGENT_JOBS_CELERY_CONFIG")
+if _override:
+    # Settings are lower-case module attributes; imported classes and helpers are skipped.
+    _module = importlib.import_module(_override)
+    app.conf.update(
+        {k: v for k, v in vars(_module).items() if k.islower() and not k.startswith("_")}
+    )
+app.steps["consumer"].add(TenantQueues)

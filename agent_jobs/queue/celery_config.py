@@ -1,0 +1,64 @@
+"""Celery settings for agent_jobs, derived from the `AGENT_JOBS_*` environment.
+
+The app always loads this module; a module named by AGENT_JOBS_CELERY_CONFIG (for example the
+repository's `celeryconfig.py`, copied and edited) is applied on top. Every value is here for a
+reason; see the comments.
+"""
+
+from __future__ import annotations
+
+from kombu import Queue  # type: ignore[attr-defined]
+
+from agent_jobs.config import settings as _settings
+from agent_jobs.core.names import control_queue as _control_queue
+from agent_jobs.core.names import submit_queue as _submit_queue
+
+_s = _settings()
+
+broker_url = _s.broker_url
+broker_connection_retry_on_startup = True
+
+broker_transport_options: dict[str, object] = {
+    # One priority step: kombu's Redis transport otherwise BRPOPs four keys per queue.
+    "priority_steps": [0],
+    # Longer than any step; a step's own recovery is the lease, not redelivery.
+    "visibility_timeout": 600,
+    # The in-process broker polls; its 1 s default would make the embedded demo crawl.
+    "polling_interval": 0.005 if _s.embedded else 1.0,
+}
+
+# A step is acknowledged after it ran; a worker lost mid-step gets its message redelivered.
+task_acks_late = True
+task_reject_on_worker_lost = True
+# Prefetch one message per process so tenants are served in turn, not in batches.
+worker_prefetch_multiplier = 1
+# Steps return nothing: results live in Postgres, not in a result backend.
+task_ignore_result = True
+task_store_errors_even_if_ignored = False
+task_serializer = "json"
+accept_content = ["json"]
+timezone = "UTC"
+enable_utc = True
+
+# Tenant queues are created on first publish and consumed dynamically (see queue/consumers.py).
+task_create_missing_queues = True
+task_default_queue = _control_queue(_s.queue_prefix)
+task_queues = [Queue(_control_queue(_s.queue_prefix)), Queue(_submit_queue(_s.queue_prefix))]
+task_routes = {
+    "agent_jobs.sweep.*": {"queue": _control_queue(_s.queue_prefix)},
+    "agent_jobs.submit": {"queue": _submit_queue(_s.queue_prefix)},
+}
+
+# Flower and the queue metrics need task events.
+worker_send_task_events = True
+task_send_sent_event = False
+
+beat_schedule = {
+    f"sweep-{kind}": {
+        "task": f"agent_jobs.sweep.{kind}",
+        "schedule": _s.sweep_interval_s,
+        # A sweep that waited longer than an interval is superseded by the next one.
+        "options": {"expires": max(1.0, _s.sweep_interval_s)},
+    }
+    for kind in ("lease", "dispatch", "retry", "unknown", "approvals")
+}

@@ -1,0 +1,96 @@
+"""Wiring: one `Runtime` per process (store, workflows, publisher, orchestrator, sweepers).
+
+Built lazily on first use, and again after a fork: a prefork child must not share its parent's
+database connections.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+
+from agent_jobs.config import Settings, settings
+from agent_jobs.orchestrator.ports import BrokerProbe, FreshInProcessBroker, NeverLost, Observer
+from agent_jobs.orchestrator.registry import WorkflowRegistry
+from agent_jobs.orchestrator.runner import Orchestrator
+from agent_jobs.orchestrator.sweepers import Sweepers
+from agent_jobs.queue.directory import (
+    InMemoryTenantDirectory,
+    RedisTenantDirectory,
+    TenantDirectory,
+)
+from agent_jobs.queue.publisher import CeleryPublisher, RedisBrokerProbe
+from agent_jobs.store import Store
+from agent_jobs.workflows import default_registry
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    store: Store
+    workflows: WorkflowRegistry
+    directory: TenantDirectory
+    publisher: CeleryPublisher
+    orchestrator: Orchestrator
+    sweepers: Sweepers
+    pid: int
+
+
+_lock = threading.Lock()
+_runtime: Runtime | None = None
+_embedded_directory = InMemoryTenantDirectory()
+
+
+def build_runtime(
+    cfg: Settings,
+    *,
+    workflows: WorkflowRegistry | None = None,
+    observer: Observer | None = None,
+) -> Runtime:
+    # Imported here: app.py installs the consumer bootstep, which needs this module.
+    from agent_jobs.queue.app import app  # noqa: PLC0415
+
+    store = Store.from_url(cfg.database_url)
+    registry = workflows or default_registry()
+    redis_url = cfg.directory_redis_url
+    directory: TenantDirectory
+    probe: BrokerProbe
+    if redis_url:
+        directory = RedisTenantDirectory(redis_url, cfg.queue_prefix)
+    else:
+        directory = _embedded_directory
+    if cfg.broker_url.startswith(("redis://", "rediss://")):
+        probe = RedisBrokerProbe(cfg.broker_url, cfg.queue_prefix)
+    elif cfg.embedded:
+        probe = FreshInProcessBroker()
+    else:
+        probe = NeverLost()
+    publisher = CeleryPublisher(app, directory, cfg.queue_prefix)
+    orchestrator = Orchestrator(store, registry, publisher, cfg, observer=observer)
+    sweepers = Sweepers(store, publisher, cfg, probe, observer=observer)
+    return Runtime(cfg, store, registry, directory, publisher, orchestrator, sweepers, os.getpid())
+
+
+def get_runtime() -> Runtime:
+    """This process's runtime, built from the environment on first use."""
+    global _runtime
+    current = _runtime
+    if current is not None and current.pid == os.getpid():
+        return current
+    with _lock:
+        if _runtime is not None and _runtime.pid != os.getpid():
+            # Inherited across fork: drop the parent's pooled connections without closing them
+            # (closing would send a terminate on sockets the parent still uses).
+            _runtime.store.engine.dispose(close=False)
+            _runtime = None
+        if _runtime is None:
+            _runtime = build_runtime(settings())
+        return _runtime
+
+
+def set_runtime(runtime: Runtime | None) -> None:
+    """Install a runtime (tests, the embedded runner); None resets to lazy construction."""
+    global _runtime
+    with _lock:
+        _runtime = runtime

@@ -1,0 +1,14 @@
+"""Built-in workflows. Register your own with `default_registry().register(MyWorkflow())`."""
+
+from __future__ import annotations
+
+from agent_jobs.orchestrator.registry import WorkflowRegistry
+from agent_jobs.workflows.example import ExampleWorkflow
+from agent_jobs.workflows.noop import NoopWorkflow
+
+
+def default_registry() -> WorkflowRegistry:
+    registry = WorkflowRegistry()
+    registry.register(ExampleWorkflow())
+    registry.register(NoopWorkflow())
+    return registry
