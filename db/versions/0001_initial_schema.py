@@ -133,7 +133,7 @@ def upgrade() -> None:
         sa.Column("decided_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("used_at", sa.DateTime(timezone=True), nullable=True),
         sa.CheckConstraint(
-            "status IN ('pending', 'granted', 'denied', 'expired', 'used')",
+            "status IN ('pending', 'granted', 'denied', 'expired', 'used', 'void')",
             name=op.f("ck_approvals_status"),
         ),
         sa.CheckConstraint(

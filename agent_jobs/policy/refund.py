@@ -1,0 +1,106 @@
+"""POL-REF-004: refunds of duplicate captures, as versioned, deterministic bundles.
+
+Every check reads the ledger facts, never the model's account of them. The order of the checks is
+the order of the seed's `evaluate`, so the reason given is the most basic one that applies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_jobs.policy.decisions import (
+    Allow,
+    Deny,
+    NeedsApproval,
+    ProposedCall,
+    allow,
+    deny,
+    needs_approval,
+)
+from agent_jobs.policy.facts import LedgerFacts
+
+REFUND_TOOL = "refunds.create"
+REFUND_TOOL_VERSIONS = frozenset({"2"})
+
+# Stable deny reasons: the model sees them as an observation and re-plans; tests name them.
+UNKNOWN_TOOL = "unknown_tool"
+INVALID_ARGS = "invalid_args"
+PAYMENT_NOT_CAPTURED = "payment_not_captured"
+PAYMENT_NOT_IN_ORDER = "payment_not_in_order"
+NO_DUPLICATE_CAPTURE = "no_duplicate_capture"
+CURRENCY_MISMATCH = "currency_mismatch"
+ALREADY_REFUNDED = "already_refunded"
+EXCEEDS_REFUNDABLE = "exceeds_refundable"
+
+
+def _int_arg(args: dict[str, Any], name: str) -> int | None:
+    value = args.get(name)
+    # bool is an int in Python; `True` is not an amount.
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+def _str_arg(args: dict[str, Any], name: str) -> str | None:
+    value = args.get(name)
+    return value if isinstance(value, str) and value else None
+
+
+class RefundPolicy:
+    """Shared rules of POL-REF-004; subclasses fix the version and the approval threshold."""
+
+    version: str = ""
+    approval_threshold_minor: int = 0
+    approval_ttl_s: int = 1800
+    threshold_label: str = ""
+
+    def evaluate(self, call: ProposedCall, facts: LedgerFacts) -> Allow | Deny | NeedsApproval:
+        """Deny, require approval, or allow one proposed `refunds.create` call."""
+        if call.tool != REFUND_TOOL or call.tool_version not in REFUND_TOOL_VERSIONS:
+            return deny(UNKNOWN_TOOL)
+        # The executor validates the schema too, but policy runs first and must not trust shape.
+        payment_id = _str_arg(call.args, "payment_id")
+        amount = _int_arg(call.args, "amount_minor")
+        currency = _str_arg(call.args, "currency")
+        if payment_id is None or amount is None or amount <= 0 or currency is None:
+            return deny(INVALID_ARGS)
+
+        pay = facts.payment(payment_id)
+        if pay is None or not pay.was_captured:
+            return deny(PAYMENT_NOT_CAPTURED)
+        # A payment id lifted from an injected note may belong to another order.
+        if facts.order is not None and pay.order_id != facts.order.order_id:
+            return deny(PAYMENT_NOT_IN_ORDER)
+        if not facts.duplicate_capture_confirmed(payment_id):
+            return deny(NO_DUPLICATE_CAPTURE)
+        if currency != pay.currency:
+            return deny(CURRENCY_MISMATCH)
+        # The policy refunds a duplicate once, in full; anything already refunded goes to a human.
+        if facts.refunded_minor(payment_id) > 0:
+            return deny(ALREADY_REFUNDED)
+        if amount > facts.refundable_minor(payment_id):
+            return deny(EXCEEDS_REFUNDABLE)
+
+        if amount >= self.approval_threshold_minor:
+            return needs_approval(
+                f"{self.version}: >= {self.threshold_label}", ttl_s=self.approval_ttl_s
+            )
+        return allow()
+
+
+class RefundPolicyV4(RefundPolicy):
+    """POL-REF-004@4: approval at or above INR 1,000 (100,000 paise), grants live 30 minutes."""
+
+    version = "POL-REF-004@4"
+    approval_threshold_minor = 100_000
+    approval_ttl_s = 1800
+    threshold_label = "INR 1,000"
+
+
+class RefundPolicyV3(RefundPolicy):
+    """POL-REF-004@3, superseded: approval at or above INR 1,500. Kept to replay old decisions."""
+
+    version = "POL-REF-004@3"
+    approval_threshold_minor = 150_000
+    approval_ttl_s = 1800
+    threshold_label = "INR 1,500"

@@ -1,0 +1,71 @@
+"""What goes into the executor (a call, its context, the policy stamp) and what comes out."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from agent_jobs.core.contracts import Frozen
+
+UnknownReason = Literal["timeout", "connection_error", "server_error_after_send"]
+
+
+class PolicyStamp(Frozen):
+    """The policy decision that authorised a side-effecting call, as the orchestrator recorded it.
+
+    `action_hash` is the hash the decision (and any approval) was made on; the executor recomputes
+    the hash from the arguments it is about to send and refuses the call if they differ.
+    """
+
+    decision: Literal["allow", "approved"]
+    action_hash: str
+    policy_version: str
+    approval_id: str | None = None
+
+
+class ToolCall(Frozen):
+    """One call to execute. `idempotency_key` is the key recorded with the intent (keyed tools)."""
+
+    tool: str
+    args: dict[str, Any]
+    idempotency_key: str | None = None
+    policy_decision: PolicyStamp | None = None
+
+
+class ExecContext(Frozen):
+    """Trusted context of the call: from the task row, never from the model."""
+
+    tenant_id: str
+    task_id: str
+    trace_id: str
+    step_scope: str
+    request_id: str
+
+
+class Ok(Frozen):
+    """The tool answered and, for a write, applied the request (or replayed an earlier apply)."""
+
+    kind: Literal["ok"] = "ok"
+    result: Any = None
+    status_code: int | None = None
+
+
+class Rejected(Frozen):
+    """Nothing was applied. `transient`: the same call may succeed later (outage, rate limit)."""
+
+    kind: Literal["rejected"] = "rejected"
+    code: str
+    message: str = ""
+    transient: bool = False
+
+
+class Unknown(Frozen):
+    """A write may or may not have been applied: reconcile by idempotency key, never re-send."""
+
+    kind: Literal["unknown"] = "unknown"
+    reason: UnknownReason
+    message: str = ""
+
+
+ToolOutcome = Annotated[Ok | Rejected | Unknown, Field(discriminator="kind")]

@@ -1,0 +1,259 @@
+"""The tool executor: the only code path from a proposed call to a business system.
+
+In the seed's order: resolve the tool for the tenant; validate the arguments against its schema;
+check the step's scope; for a write, check the policy stamp binds these exact arguments (and the
+idempotency key names this action); mint a scoped short-lived credential; call the adapter with
+the tool's timeout; classify `ok | rejected | unknown`; and, whatever happened, audit.
+
+Classification (reads retry transient failures per their `RetryPolicy`; writes never retry here),
+as "what the adapter learned: write -> read (after retries)":
+
+- a result: ok -> ok
+- a 4xx or a refusal (`ServiceRejected`): rejected(code) -> rejected(code)
+- a 5xx or an unreadable 2xx: unknown(server_error_after_send) -> rejected(code, transient)
+- a timeout after sending: unknown(timeout) -> rejected(timeout, transient)
+- a dropped or refused connection: unknown(connection_error) -> rejected(connection_error,
+  transient)
+- an unexpected exception: unknown(server_error_after_send) -> rejected(adapter_error)
+
+Reads never report unknown: a read cannot have half-happened, it only failed to answer.
+
+A refused connection provably sent nothing, yet a write still reports unknown: the reconcile read
+then finds nothing and the same key and grant retry, where a rejection would send the task back
+to planning and make a human approve the same refund twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from agent_jobs.core.clock import Clock, SystemClock
+from agent_jobs.core.errors import InvalidInput
+from agent_jobs.core.hashing import action_hash, args_hash, derive_idempotency_key
+from agent_jobs.tools.adapter import (
+    Invocation,
+    ServiceFailed,
+    ServiceRejected,
+    TransportFailed,
+)
+from agent_jobs.tools.audit import AuditRecord, AuditSink
+from agent_jobs.tools.calls import ExecContext, Ok, Rejected, ToolCall, Unknown
+from agent_jobs.tools.credentials import Credential, CredentialProvider
+from agent_jobs.tools.descriptors import CONTEXT_KEY_FIELDS, ToolDescriptor
+from agent_jobs.tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Progress:
+    """What the audit record needs to know, whichever way `_run` ended."""
+
+    started: float
+    started_at: datetime
+    descriptor: ToolDescriptor | None = None
+    attempts: int = 0
+    dispatched: bool = False
+
+
+def classify(exc: BaseException, *, write: bool) -> Ok | Rejected | Unknown:
+    """Map one failed attempt to an outcome, per the table in the module docstring."""
+    if isinstance(exc, ServiceRejected):
+        return Rejected(code=exc.code, message=exc.message, transient=exc.transient)
+    if isinstance(exc, ServiceFailed):
+        if write:
+            return Unknown(reason="server_error_after_send", message=str(exc))
+        return Rejected(code=exc.code, message=exc.message, transient=True)
+    if isinstance(exc, TransportFailed):
+        if write:
+            return Unknown(reason=exc.reason, message=exc.message)
+        return Rejected(code=exc.reason, message=exc.message, transient=True)
+    if write:
+        return Unknown(reason="server_error_after_send", message=type(exc).__name__)
+    return Rejected(code="adapter_error", message=type(exc).__name__)
+
+
+def _safe_args_hash(call: ToolCall) -> str:
+    try:
+        return args_hash(call.args)
+    except InvalidInput:
+        return "sha256:unhashable"
+
+
+class ToolExecutor:
+    """Executes `ToolCall`s. Never raises for a tool's failure: every result is an outcome."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        credentials: CredentialProvider,
+        audit: AuditSink,
+        *,
+        clock: Clock | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.registry = registry
+        self._credentials = credentials
+        self._audit = audit
+        self._clock = clock or SystemClock()
+        self._sleep = sleep
+
+    def execute(self, call: ToolCall, ctx: ExecContext) -> Ok | Rejected | Unknown:
+        """Run one call through every check, then the adapter; audit in all cases."""
+        progress = _Progress(started=self._clock.monotonic(), started_at=self._clock.now())
+        outcome: Ok | Rejected | Unknown = Rejected(code="internal_error")
+        try:
+            outcome = self._run(call, ctx, progress)
+        except Exception as e:
+            # A bug here must not turn a write that may have gone out into a clean failure.
+            log.exception("tool executor failed on %s", call.tool)
+            write = progress.descriptor is not None and progress.descriptor.is_write
+            outcome = (
+                classify(e, write=True)
+                if write and progress.dispatched
+                else Rejected(code="internal_error", message=type(e).__name__)
+            )
+        finally:
+            self._record(call, ctx, progress, outcome)
+        return outcome
+
+    def _run(
+        self, call: ToolCall, ctx: ExecContext, progress: _Progress
+    ) -> Ok | Rejected | Unknown:
+        resolved = self.registry.resolve(call.tool, ctx.tenant_id)
+        if isinstance(resolved, Rejected):
+            return resolved
+        d = progress.descriptor = resolved
+
+        errors = d.validate_args(call.args)
+        if errors:
+            return Rejected(code="bad_args", message="; ".join(errors))
+        if ctx.step_scope not in d.step_scopes:
+            return Rejected(
+                code="outside_scope", message=f"{d.name} is not allowed in step {ctx.step_scope!r}"
+            )
+        if d.is_write:
+            refused = self._check_write(d, call, ctx)
+            if refused is not None:
+                return refused
+
+        try:
+            credential = self._credentials.mint(
+                d.name, ctx.tenant_id, d.credential_ttl_s, role=d.permission
+            )
+        except Exception as e:
+            log.warning("credential mint failed for %s: %s", d.name, type(e).__name__)
+            return Rejected(code="credential_unavailable", transient=True)
+
+        return self._call(d, call, ctx, credential, progress)
+
+    def _check_write(self, d: ToolDescriptor, call: ToolCall, ctx: ExecContext) -> Rejected | None:
+        """The policy stamp must bind these exact args; a keyed call must carry its action's key."""
+        stamp = call.policy_decision
+        if stamp is None:
+            return Rejected(code="no_policy_decision", message="a write needs a policy decision")
+        try:
+            expected = action_hash(d.name, d.version, call.args)
+        except InvalidInput as e:
+            return Rejected(code="bad_args", message=str(e))
+        # Recomputed from the args about to be sent: arguments changed after the decision or the
+        # approval (or a tool version bump) cannot ride on the old decision.
+        if stamp.action_hash != expected:
+            return Rejected(
+                code="action_hash_mismatch",
+                message="arguments differ from the action the policy decision was made on",
+            )
+        if stamp.decision == "approved" and not stamp.approval_id:
+            return Rejected(code="approval_missing", message="an approved stamp names no approval")
+        if d.side_effect != "keyed":
+            return None
+        if call.idempotency_key is None:
+            return Rejected(code="idempotency_key_required", message=f"{d.name} is keyed")
+        assert d.idempotency_key_template is not None  # guaranteed by ToolDescriptor
+        trusted = {f: getattr(ctx, f) for f in CONTEXT_KEY_FIELDS}
+        try:
+            key = derive_idempotency_key(d.idempotency_key_template, {**call.args, **trusted})
+        except InvalidInput as e:
+            return Rejected(code="bad_args", message=str(e))
+        # A key that names the attempt (or another action) would defeat the service's dedup.
+        if call.idempotency_key != key:
+            return Rejected(
+                code="idempotency_key_mismatch",
+                message=f"key does not match template {d.idempotency_key_template}",
+            )
+        return None
+
+    def _call(
+        self,
+        d: ToolDescriptor,
+        call: ToolCall,
+        ctx: ExecContext,
+        credential: Credential,
+        progress: _Progress,
+    ) -> Ok | Rejected | Unknown:
+        inv = Invocation(
+            tool=d.name,
+            tool_version=d.version,
+            args=dict(call.args),
+            timeout_s=d.timeout_s,
+            credential=credential,
+            idempotency_key=call.idempotency_key if d.is_write else None,
+            tenant_id=ctx.tenant_id,
+            trace_id=ctx.trace_id,
+        )
+        # Writes get exactly one attempt whatever the descriptor says (also checked at startup).
+        max_attempts = 1 if d.is_write else d.retry.max_attempts
+        while True:
+            progress.attempts += 1
+            progress.dispatched = True
+            try:
+                res = d.adapter.invoke(inv)
+            except Exception as e:
+                outcome = classify(e, write=d.is_write)
+            else:
+                return Ok(result=res.value, status_code=res.status_code)
+            retryable = isinstance(outcome, Rejected) and outcome.transient
+            if not retryable or progress.attempts >= max_attempts:
+                return outcome
+            self._sleep(d.retry.delay_s(progress.attempts))
+
+    def _record(
+        self,
+        call: ToolCall,
+        ctx: ExecContext,
+        progress: _Progress,
+        outcome: Ok | Rejected | Unknown,
+    ) -> None:
+        d = progress.descriptor
+        stamp = call.policy_decision
+        code = outcome.code if isinstance(outcome, Rejected) else None
+        if isinstance(outcome, Unknown):
+            code = outcome.reason
+        try:
+            self._audit.record(
+                AuditRecord(
+                    tenant_id=ctx.tenant_id,
+                    task_id=ctx.task_id,
+                    trace_id=ctx.trace_id,
+                    tool=call.tool,
+                    tool_version=d.version if d else None,
+                    args_hash=_safe_args_hash(call),
+                    outcome=outcome.kind,
+                    code=code,
+                    idempotency_key=call.idempotency_key,
+                    duration_ms=round((self._clock.monotonic() - progress.started) * 1000),
+                    span_name=f"execute_tool {call.tool}",
+                    attempts=progress.attempts,
+                    policy_version=stamp.policy_version if stamp else None,
+                    approval_id=stamp.approval_id if stamp else None,
+                    started_at=progress.started_at,
+                )
+            )
+        except Exception:
+            # The outcome must reach the orchestrator even if the audit sink is down; the event
+            # log (written with the transition) still records it.
+            log.exception("audit sink failed for %s on task %s", call.tool, ctx.task_id)

@@ -1,0 +1,116 @@
+"""Checks a draft's claims, and its text, against verified facts.
+
+A failed check sends the draft back for a redraft; it never reaches the customer. The textual
+check is deliberately cheap and strict: any refund id, payment id, amount or account-like token in
+the text that the facts do not back is a failure, because an injected "refund to account X" or a
+hallucinated reference number is exactly what it exists to catch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
+
+from agent_jobs.core.contracts import Frozen
+from agent_jobs.verify.claims import Claim, DuplicateCharge, NoRefund, PolicyCited, RefundSubmitted
+from agent_jobs.verify.facts import VerifiedFacts
+
+
+class Verdict(Frozen):
+    """`ok` when nothing failed; `failures` are stable codes, e.g. `refund_mismatch:rf_3301`."""
+
+    ok: bool
+    failures: list[str]
+
+
+_REFUND_ID = re.compile(r"\brf_[A-Za-z0-9_-]+")
+_PAYMENT_ID = re.compile(r"\bpay_[A-Za-z0-9_-]+")
+_AMOUNT = re.compile(r"(?:₹|\bINR|\bRs\.?)\s?(\d[\d,]*(?:\.\d{1,2})?)")
+# Account-like: long digit runs (bank accounts, cards, even with spaces or dashes), IBANs,
+# e-mail or UPI handles, and explicit account words followed by an identifier.
+_ACCOUNTS = (
+    re.compile(r"(?<![\w.])\d(?:[ -]?\d){8,}(?![\w.])"),
+    re.compile(r"\b[A-Z]{2}\d{2}[A-Z0-9]{10,30}\b"),
+    # After the @ a letter, so `POL-REF-004@4` (a policy version) is not mistaken for a handle.
+    re.compile(r"[\w.+-]+@[A-Za-z][\w-]*(?:\.[\w-]+)*"),
+    re.compile(r"\bacct_[A-Za-z0-9]+"),
+    # "account no. 1234..." but not "your account yet": the identifier must contain a digit.
+    re.compile(
+        r"\b(?:acct|account|a/c|iban|upi)\b[\s#:.]*(?:no\.?|number)?[\s#:.]*"
+        r"(?=[A-Za-z_-]*\d)[A-Za-z0-9][\w-]{3,}",
+        re.IGNORECASE,
+    ),
+)
+
+
+def _check_claim(claim: Claim, facts: VerifiedFacts, claims: Sequence[Claim]) -> list[str]:
+    if isinstance(claim, DuplicateCharge):
+        ids = set(claim.payment_ids)
+        if len(ids) < 2 or not ids <= facts.captures:
+            return ["duplicate_charge_unsupported"]
+    elif isinstance(claim, RefundSubmitted):
+        r = facts.refunds.get(claim.refund_id)
+        if (
+            r is None
+            or r.amount_minor != claim.amount_minor
+            or facts.refund_claim_status(claim.refund_id) != claim.status
+        ):
+            return [f"refund_mismatch:{claim.refund_id}"]
+    elif isinstance(claim, PolicyCited):
+        if (claim.doc, claim.version) not in facts.policy_docs:
+            return [f"policy_not_retrieved:{claim.doc}"]
+    elif isinstance(claim, NoRefund):
+        if facts.own_refund_ids:
+            return ["no_refund_contradicts_ledger"]
+        if any(isinstance(c, RefundSubmitted) for c in claims):
+            return ["no_refund_contradicts_claims"]
+    return []
+
+
+def verify_claims(claims: Sequence[Claim], facts: VerifiedFacts) -> Verdict:
+    """Check each claim against the facts, per the seed's `verifyClaims`.
+
+    A duplicate charge needs at least two distinct payment ids, all observed captures; a refund
+    must exist with the claimed amount and the claimed status (a "settled" claim fails while the
+    ledger says processing); a cited policy must have been retrieved at that version; "no refund"
+    fails if this task's own refund exists or another claim says one was submitted.
+    """
+    failures: list[str] = []
+    for claim in claims:
+        failures.extend(_check_claim(claim, facts, claims))
+    return Verdict(ok=not failures, failures=failures)
+
+
+def _minor(text: str) -> int | None:
+    try:
+        return int(Decimal(text.replace(",", "")) * 100)
+    except InvalidOperation:
+        return None
+
+
+def check_text(text: str, claims: Sequence[Claim], facts: VerifiedFacts) -> list[str]:
+    """Identifiers and amounts in free text that neither the claims nor the facts back."""
+    failures: list[str] = []
+    claimed_refunds = {c.refund_id for c in claims if isinstance(c, RefundSubmitted)}
+    for rid in dict.fromkeys(_REFUND_ID.findall(text)):
+        if rid not in claimed_refunds or rid not in facts.refunds:
+            failures.append(f"unverified_refund_id:{rid}")
+    for pid in dict.fromkeys(_PAYMENT_ID.findall(text)):
+        if pid not in facts.payment_amounts:
+            failures.append(f"unverified_payment_id:{pid}")
+    allowed = facts.known_amounts()
+    for raw in dict.fromkeys(_AMOUNT.findall(text)):
+        if _minor(raw) not in allowed:
+            failures.append(f"unverified_amount:{raw}")
+    # The refund tool cannot send money anywhere but the original payment method, so no account
+    # is ever a verified fact: any account-like token is an injection or a hallucination.
+    if any(p.search(text) for p in _ACCOUNTS):
+        failures.append("unverified_account")
+    return failures
+
+
+def verify_draft(text: str, claims: Sequence[Claim], facts: VerifiedFacts) -> Verdict:
+    """`verify_claims` plus `check_text` on the draft's own wording."""
+    failures = verify_claims(claims, facts).failures + check_text(text, claims, facts)
+    return Verdict(ok=not failures, failures=failures)
