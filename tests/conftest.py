@@ -1,0 +1,115 @@
+"""Shared fixtures: real Postgres and Redis when present (required when
+AGENT_JOBS_REQUIRE_SERVICES=1, as in CI), SQLite always, and workers in-thread or as processes.
+
+The Celery app reads its settings when first used, so this module points the broker at the test
+Redis and gives this session its own queue prefix before anything imports `agent_jobs.queue`.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.services import (
+    PG_ADMIN_URL,
+    REDIS_URL,
+    postgres_available,
+    redis_available,
+    require_services,
+)
+
+SESSION_PREFIX = f"ajt{os.getpid()}"
+os.environ.setdefault("AGENT_JOBS_BROKER_URL", REDIS_URL)
+os.environ.setdefault("AGENT_JOBS_QUEUE_PREFIX", SESSION_PREFIX)
+os.environ.setdefault("AGENT_JOBS_LEASE_TTL_S", "2")
+os.environ.setdefault("AGENT_JOBS_DISPATCH_GRACE_S", "1")
+os.environ.setdefault("AGENT_JOBS_RETRY_BASE_S", "0.05")
+os.environ.setdefault("AGENT_JOBS_RETRY_MAX_S", "0.2")
+os.environ.setdefault("AGENT_JOBS_SWEEP_INTERVAL_S", "0.5")
+
+
+def _need(available: bool, what: str) -> None:
+    if available:
+        return
+    if require_services():
+        pytest.fail(f"{what} is required (AGENT_JOBS_REQUIRE_SERVICES=1) but not reachable")
+    pytest.skip(f"{what} not reachable")
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A fresh Postgres database for this session, migrated to head; dropped at the end."""
+    _need(postgres_available(), "PostgreSQL")
+    from agent_jobs.store.engine import make_engine
+    from agent_jobs.store.migrate import upgrade
+
+    name = f"aj_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    admin = make_engine(PG_ADMIN_URL)
+    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    yield url
+    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.dispose()
+
+
+def _truncate(store: object) -> None:
+    from agent_jobs.store.schema import metadata
+
+    engine = store.engine  # type: ignore[attr-defined]
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            names = ", ".join(t.name for t in metadata.sorted_tables)
+            conn.exec_driver_sql(f"TRUNCATE {names} CASCADE")
+        else:
+            for table in reversed(metadata.sorted_tables):
+                conn.execute(table.delete())
+
+
+@pytest.fixture
+def pg_store(pg_database: str) -> Iterator[object]:
+    from agent_jobs.store import Store
+
+    store = Store.from_url(pg_database)
+    _truncate(store)
+    yield store
+    store.dispose()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[object]:
+    from agent_jobs.store import Store
+    from agent_jobs.store.migrate import upgrade
+
+    store = Store.from_url(f"sqlite:///{tmp_path / 'agent_jobs.db'}")
+    upgrade(store.engine)
+    yield store
+    store.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest) -> object:
+    """The same test on both backends: the contract is identical."""
+    if request.param == "sqlite":
+        return request.getfixturevalue("sqlite_store")
+    return request.getfixturevalue("pg_store")
+
+
+@pytest.fixture
+def redis_url() -> str:
+    _need(redis_available(), "Redis")
+    return REDIS_URL
+
+
+@pytest.fixture
+def tenant() -> str:
+    """A tenant id of its own per test, so queues never carry another test's messages."""
+    return f"t{uuid.uuid4().hex[:10]}"
