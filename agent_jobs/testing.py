@@ -165,8 +165,10 @@ class Harness:
                 .returning(approvals.c.task_id)
             ).first()
             if row is not None:
+                # The timer fell due after the task's last dispatch, as a real expiry does;
+                # the sweepers skip a timer that was already dispatched since it fell due.
                 conn.execute(
                     update(tasks)
                     .where((tasks.c.id == row[0]) & (tasks.c.status == Status.APPROVAL_WAIT.value))
-                    .values(next_attempt_at=db_now_plus(-1.0))
+                    .values(next_attempt_at=db_now_plus(-1.0), dispatched_at=db_now_plus(-2.0))
                 )

@@ -7,7 +7,9 @@ import os
 import socket
 from urllib.parse import urlparse
 
-PG_ADMIN_URL = os.environ.get("AGENT_JOBS_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN_URL = os.environ.get(
+    "AGENT_JOBS_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
 REDIS_URL = os.environ.get("AGENT_JOBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
 
 
@@ -18,7 +20,9 @@ def require_services() -> bool:
 def _reachable(url: str, default_port: int) -> bool:
     parsed = urlparse(url)
     try:
-        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or default_port), timeout=1):
+        with socket.create_connection(
+            (parsed.hostname or "127.0.0.1", parsed.port or default_port), timeout=1
+        ):
             return True
     except OSError:
         return False

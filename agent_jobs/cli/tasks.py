@@ -7,8 +7,15 @@ import json
 import sys
 from typing import Any
 
+from pydantic import ValidationError
+
 from agent_jobs.cli.output import approval_line, event_line, task_text, to_json
-from agent_jobs.core.contracts import TaskRequest, check_idempotency_key, check_tenant_id
+from agent_jobs.core.contracts import (
+    TaskRequest,
+    check_idempotency_key,
+    check_tenant_id,
+    validation_message,
+)
 from agent_jobs.core.errors import InvalidInput, NotFound
 
 
@@ -41,8 +48,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     raw = sys.stdin.read() if args.input == "-" else args.input
     try:
         request = TaskRequest(workflow=args.workflow, input=_json_object(raw))
-    except ValueError as exc:
-        raise InvalidInput(str(exc).splitlines()[-1] if str(exc) else "invalid request") from None
+    except ValidationError as exc:
+        raise InvalidInput(validation_message(exc)) from None
     rt = _runtime()
     result = rt.orchestrator.submit(tenant, key, request, requester=args.requester)
     if args.json:

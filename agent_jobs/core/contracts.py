@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent_jobs.core.hashing import action_hash as compute_action_hash
 from agent_jobs.core.states import Status
@@ -29,6 +29,16 @@ def check_idempotency_key(value: str) -> str:
     if not _KEY.match(value):
         raise ValueError("idempotency key must be 1-255 printable ASCII characters, no spaces")
     return value
+
+
+def validation_message(exc: ValidationError) -> str:
+    """One line a person can act on: `field: problem; field: problem`."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ())) or "value"
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}")
+    return "; ".join(parts) or "invalid value"
 
 
 class Frozen(BaseModel):

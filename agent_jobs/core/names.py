@@ -13,6 +13,11 @@ def tenant_of_queue(prefix: str, queue: str) -> str | None:
     return queue[len(head) :] if queue.startswith(head) else None
 
 
+def shared_queue(prefix: str) -> str:
+    """The one queue of AGENT_JOBS_ROUTING=shared (a benchmark baseline, not a deployment)."""
+    return f"{prefix}.shared"
+
+
 def control_queue(prefix: str) -> str:
     """Where beat sends the sweepers; every worker consumes it."""
     return f"{prefix}.control"
@@ -43,3 +48,13 @@ def tenant_inflight_key(prefix: str, tenant_id: str) -> str:
 
 def model_semaphore_key(prefix: str) -> str:
     return f"{prefix}:model:slots"
+
+
+# A message header every agent_jobs publisher stamps (epoch seconds, float): how old the oldest
+# message of a queue is, read at scrape time. Celery's own headers carry no send time.
+ENQUEUED_AT_HEADER = "aj-enqueued-at"
+
+
+def rejected_submission_id(message_id: str) -> str:
+    """One record per rejected Celery message, however often the broker redelivers it."""
+    return f"rej_{message_id}"[:80]

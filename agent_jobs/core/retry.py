@@ -13,5 +13,6 @@ def backoff_s(attempt: int, base_s: float, cap_s: float, jitter: float) -> float
         raise ValueError("attempt counts from 1")
     if not 0.0 <= jitter < 1.0:
         raise ValueError("jitter must be in [0, 1)")
-    ceiling = min(cap_s, base_s * 2.0 ** (attempt - 1))
+    # The exponent is capped before the power: 2.0 ** 1100 would overflow a float.
+    ceiling = min(cap_s, base_s * 2.0 ** min(attempt - 1, 64))
     return ceiling / 2 + (ceiling / 2) * jitter

@@ -22,10 +22,29 @@ from agent_jobs.orchestrator.leases import LeaseKeeper
 from agent_jobs.orchestrator.ports import NullObserver, Observer, Publisher
 from agent_jobs.orchestrator.registry import WorkflowRegistry
 from agent_jobs.orchestrator.steps import Session, Steps
-from agent_jobs.store import CancelResult, CreateResult, Dispatch, Lease, Store
+from agent_jobs.orchestrator.workflow import Workflow
+from agent_jobs.store import CancelResult, CreateResult, Dispatch, Lease, Store, TaskRow
 
 log = logging.getLogger(__name__)
 S = Status
+
+
+class _NeedsLease(Exception):
+    """A step run as quick tried an intermediate commit (an effect): redo it under a lease."""
+
+
+def _refuse(patch: Patch) -> Lease:
+    raise _NeedsLease()
+
+
+class _MissingWorkflow:
+    """Stands in for a workflow that is not registered, so the task can be stopped cleanly."""
+
+    name = "missing"
+    version = 0
+
+
+_MISSING: Any = _MissingWorkflow()
 
 
 @dataclass(frozen=True)
@@ -104,12 +123,79 @@ class Orchestrator:
     # -- the step ---------------------------------------------------------------------------
 
     def run_step(self, task_id: str) -> StepReport | None:
-        """Advance `task_id` by one step if this worker can claim it; None if it could not."""
-        lease = self.store.claim(task_id, self.settings.lease_owner(), self.settings.lease_ttl_s)
-        if lease is None:
-            return None  # owned elsewhere, parked, or terminal: a duplicate delivery is harmless
-        self.keeper.hold(lease)
+        """Advance `task_id` by one step if this worker can claim it; None if it could not.
+
+        The task row is locked first. A step that does no I/O (the workflow says so through its
+        optional `quick(inp)` hook, and RETRY_WAIT's own step) is computed and committed in that
+        same transaction: a lease exists to survive I/O, and a step without I/O needs none. Any
+        other step turns the lock into a fenced lease and runs outside the transaction.
+        """
+        owner = self.settings.lease_owner()
         started = time.monotonic()
+        lease: Lease | None = None
+        quick: tuple[StepReport, Dispatch | None] | None = None
+        try:
+            with self.store.tx() as conn:
+                task = self.store.lock_claimable(conn, task_id)
+                if task is None:
+                    return None  # owned elsewhere, parked, or terminal: a duplicate is harmless
+                workflow = self._workflow(task)
+                if workflow is not None and self._quick(task, workflow):
+                    quick = self._quick_step(conn, task, workflow, owner, started)
+                else:
+                    lease = self.store.lease_locked(conn, task, owner, self.settings.lease_ttl_s)
+            if quick is not None:
+                report, dispatch = quick
+                if dispatch is not None:
+                    self.publisher.publish(dispatch)  # only now: the transaction has committed
+                return report
+        except _NeedsLease:
+            # The "quick" step wanted an effect after all; its transaction rolled back.
+            lease = self.store.claim(task_id, owner, self.settings.lease_ttl_s)
+            if lease is None:
+                return None
+        assert lease is not None
+        return self._leased_step(lease, started)
+
+    def _workflow(self, task: TaskRow) -> Workflow | None:
+        return self.workflows.get(task.workflow) if task.workflow in self.workflows else None
+
+    def _quick(self, task: TaskRow, workflow: Workflow) -> bool:
+        if task.status is S.RETRY_WAIT:
+            return True  # the orchestrator's own step: RETRY_WAIT -> RUNNING (or CANCELLED)
+        if task.status not in (S.RECEIVED, S.RUNNING, S.VERIFYING):
+            return False
+        hook = getattr(workflow, "quick", None)
+        if hook is None:
+            return False
+        pseudo = Lease(task=task, owner="", epoch=task.lease_epoch, expires_at=task.updated_at)
+        return bool(hook(self._session(pseudo, workflow).inp()))
+
+    def _quick_step(
+        self, conn: Any, task: TaskRow, workflow: Workflow, owner: str, started: float
+    ) -> tuple[StepReport, Dispatch | None]:
+        pseudo = Lease(task=task, owner=owner, epoch=task.lease_epoch, expires_at=task.updated_at)
+        session = self._session(pseudo, workflow, quick=True)
+        patch = self._dispatch_status(session)
+        if patch is None:
+            self.observer.step(task.status.value, time.monotonic() - started, "noop")
+            return StepReport(task.id, task.status, None), None
+        result = self.store.commit_locked(conn, task, patch, actor=owner)
+        self.observer.transition(task.workflow, task.status.value, patch.to.value)
+        self.observer.step(task.status.value, time.monotonic() - started, "ok")
+        return StepReport(task.id, task.status, patch.to), result.dispatch
+
+    def _session(self, lease: Lease, workflow: Workflow, *, quick: bool = False) -> Session:
+        session = Session(
+            lease=lease,
+            workflow=workflow,
+            commit_keep=_refuse if quick else (lambda patch: self._commit_keep(session, patch)),
+            emit=lambda type_, data: self._emit(lease.task_id, type_, data),
+        )
+        return session
+
+    def _leased_step(self, lease: Lease, started: float) -> StepReport:
+        self.keeper.hold(lease)
         from_status = lease.task.status
         result = "error"
         try:
@@ -122,16 +208,12 @@ class Orchestrator:
 
     def _advance(self, lease: Lease) -> StepReport:
         task = lease.task
-        session = Session(
-            lease=lease,
-            workflow=None,  # type: ignore[arg-type]  # set below once resolved
-            commit_keep=lambda patch: self._commit_keep(session, patch),
-            emit=lambda type_, data: self._emit(task.id, type_, data),
-        )
-        try:
-            session.workflow = self.workflows.get(task.workflow)
-        except UnknownWorkflow as exc:
-            return self._finish(session, self.steps.stop(session, str(exc), prefer=S.ESCALATED))
+        workflow = self._workflow(task)
+        if workflow is None:
+            session = self._session(lease, _MISSING)
+            reason = str(UnknownWorkflow(task.workflow, self.workflows.names()))
+            return self._finish(session, self.steps.stop(session, reason, prefer=S.ESCALATED))
+        session = self._session(lease, workflow)
         try:
             patch = self._dispatch_status(session)
         except StaleTransition as exc:

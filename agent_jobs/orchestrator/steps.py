@@ -251,6 +251,7 @@ class Steps:
                 attempts=0,
             )
         rt["pending_action"] = action.model_dump(mode="json")
+        rt["effect_attempts"] = 0
         if auth.kind == "needs_approval":
             approval_id = new_id("apr")
             rt["approval_id"] = approval_id
@@ -306,6 +307,7 @@ class Steps:
             return self.committed(s, action, outcome.result, rt, event="effect_committed")
         if isinstance(outcome, wf.Rejected):
             rt["pending_action"] = None
+            rt["effect_attempts"] = 0
             note(rt, "effect_rejected", code=outcome.code, message=outcome.message, **summary)
             return Patch(
                 to=S.RUNNING,
@@ -315,12 +317,26 @@ class Steps:
                 effect=EffectWrite(action, "failed", {"code": outcome.code}),
             )
         self.observer.reconciled("entered_unknown")
+        # The first unknown is reconciled at once; after a retry with the same key also ended
+        # unknown, back off before looking again, so a system that keeps timing out is not
+        # hammered (the count bounds it: see not_found).
+        attempts = int(rt.get("effect_attempts", 0)) + 1
+        rt["effect_attempts"] = attempts
+        wake = None
+        if attempts > 1:
+            wake = backoff_s(
+                attempts - 1,
+                self.settings.retry_base_s,
+                self.settings.retry_max_s,
+                self.rand() * 0.999,
+            )
         return Patch(
             to=S.EXEC_UNKNOWN,
             event="effect_unknown",
-            data={**summary, "reason": outcome.reason[:200]},
+            data={**summary, "reason": outcome.reason[:200], "attempt": attempts},
             state=with_runtime(None, s.task.state, rt),
             effect=EffectWrite(action, "unknown"),
+            wake_in_s=wake,
         )
 
     def committed(
@@ -333,6 +349,7 @@ class Steps:
             log.exception("after_effect raised for %s", s.task.id)
             state, verify = None, False
         rt["pending_action"] = None
+        rt["effect_attempts"] = 0
         rt["last_effect"] = {**action_summary(action), "status": "committed"}
         note(rt, "effect_committed", **action_summary(action))
         return Patch(
@@ -414,6 +431,16 @@ class Steps:
                 event="reconciled_not_found",
                 data={**summary, "reason": "cancel requested; not retrying the effect"},
                 outcome={"reason": "cancelled while the effect was unknown; no effect found"},
+            )
+        sent = int(rt.get("effect_attempts", 0))
+        if sent >= self.settings.max_reconcile_attempts:
+            return Patch(
+                to=S.ESCALATED,
+                event="reconciled_not_found",
+                data={**summary, "reason": "no effect after the last attempt with this key"},
+                outcome={
+                    "reason": f"the effect could not be completed: sent {sent} times, one key"
+                },
             )
         approval_id = rt.get("approval_id")
         if approval_id:

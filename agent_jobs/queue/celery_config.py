@@ -7,7 +7,9 @@ reason; see the comments.
 
 from __future__ import annotations
 
-from kombu import Queue  # type: ignore[attr-defined]
+import os
+
+from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
 from agent_jobs.config import settings as _settings
 from agent_jobs.core.names import control_queue as _control_queue
@@ -40,17 +42,29 @@ accept_content = ["json"]
 timezone = "UTC"
 enable_utc = True
 
+# Broadcasts (add_consumer to a new tenant's queue) and events are namespaced by the queue
+# prefix: two deployments sharing one Redis must not steer each other's workers.
+control_exchange = _s.queue_prefix
+event_exchange = f"{_s.queue_prefix}.events"
+
 # Tenant queues are created on first publish and consumed dynamically (see queue/consumers.py).
 task_create_missing_queues = True
 task_default_queue = _control_queue(_s.queue_prefix)
-task_queues = [Queue(_control_queue(_s.queue_prefix)), Queue(_submit_queue(_s.queue_prefix))]
+# Each static queue gets its own direct exchange: without one, Celery binds every queue to the
+# default exchange with the default routing key, and sweeps would land in the submit queue too.
+task_queues = [
+    Queue(name, Exchange(name, type="direct"), routing_key=name)
+    for name in (_control_queue(_s.queue_prefix), _submit_queue(_s.queue_prefix))
+]
 task_routes = {
     "agent_jobs.sweep.*": {"queue": _control_queue(_s.queue_prefix)},
     "agent_jobs.submit": {"queue": _submit_queue(_s.queue_prefix)},
 }
 
-# Flower and the queue metrics need task events.
-worker_send_task_events = True
+# Task events cost three extra broker publishes per step. Queue lengths in Flower do not need
+# them; Flower's task pages do: AGENT_JOBS_TASK_EVENTS=1 (or `celery -A agent_jobs control
+# enable_events` at run time).
+worker_send_task_events = os.environ.get("AGENT_JOBS_TASK_EVENTS") == "1"
 task_send_sent_event = False
 
 beat_schedule = {

@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import bootsteps
 
-from agent_jobs.core.names import tenant_queue
+from agent_jobs.core.names import shared_queue, tenant_queue
 from agent_jobs.queue.runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,11 @@ class TenantQueues(bootsteps.StartStopStep):  # type: ignore[misc]
     def _sync(self, c: Any, from_db: bool = False) -> None:
         try:
             runtime = get_runtime()
+            if runtime.settings.routing == "shared":
+                queue = shared_queue(runtime.settings.queue_prefix)
+                if c.task_consumer is not None and not c.task_consumer.consuming_from(queue):
+                    c.call_soon(c.add_task_queue, queue)
+                return
             self._reads += 1
             tenants = set(runtime.directory.active())
             if from_db or self._reads % DB_RESYNC_EVERY == 0:

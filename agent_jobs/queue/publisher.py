@@ -8,7 +8,7 @@ import time
 import redis
 from celery import Celery
 
-from agent_jobs.core.names import broker_sentinel_key, tenant_queue
+from agent_jobs.core.names import broker_sentinel_key, shared_queue, tenant_queue
 from agent_jobs.queue.directory import TenantDirectory
 from agent_jobs.store import Dispatch
 
@@ -25,15 +25,21 @@ class CeleryPublisher:
     make later messages vanish.
     """
 
-    def __init__(self, app: Celery, directory: TenantDirectory, prefix: str) -> None:
+    def __init__(
+        self, app: Celery, directory: TenantDirectory, prefix: str, *, shared: bool = False
+    ) -> None:
         self.app = app
         self.directory = directory
         self.prefix = prefix
+        self.shared = shared
 
     def publish(self, dispatch: Dispatch) -> None:
-        queue = tenant_queue(self.prefix, dispatch.tenant_id)
+        if self.shared:
+            queue = shared_queue(self.prefix)
+        else:
+            queue = tenant_queue(self.prefix, dispatch.tenant_id)
         try:
-            if self.directory.touch(dispatch.tenant_id):
+            if not self.shared and self.directory.touch(dispatch.tenant_id):
                 # New tenant: tell running workers now rather than at their next directory read.
                 self.app.control.add_consumer(queue, reply=False)
             self.app.send_task(STEP_TASK, args=[dispatch.task_id], queue=queue)

@@ -22,7 +22,9 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
             url,
             pool_size=pool_size,
             max_overflow=10,
-            pool_pre_ping=True,
+            # No pre-ping: it would add a round trip to every transaction of the hot path. A
+            # connection that died is discarded on its first error; the step is then retried.
+            pool_pre_ping=False,
             pool_recycle=1800,
             # One statement per round trip; the hot path is a handful of short transactions.
             connect_args={"application_name": f"agent_jobs:{os.getpid()}"},

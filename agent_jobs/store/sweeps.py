@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, or_, select, update
+from sqlalchemy import Column, ColumnElement, Connection, Select, bindparam, or_, select, update
 
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import PARKED, RUNNABLE, Status
@@ -20,6 +20,13 @@ from agent_jobs.store.writes import append_event, apply_patch
 
 _DISPATCHABLE = [Status.RECEIVED.value, Status.RUNNING.value, Status.VERIFYING.value]
 _ACTIVE = [s.value for s in RUNNABLE | PARKED]
+
+
+def _in_literal(column: Column[Any], values: list[str]) -> ColumnElement[bool]:
+    """`column IN ('A', 'B')` with the values written into the SQL, in the order of the partial
+    index's predicate: SQLite uses a partial index only when the query repeats its predicate
+    term for term, and an IN list of bound parameters never matches."""
+    return column.in_(bindparam(None, values, expanding=True, literal_execute=True))
 
 
 def _locked(q: Select[Any], dialect: str) -> Select[Any]:
@@ -75,7 +82,7 @@ def lost_dispatch(conn: Connection, dialect: str, limit: int, cutoff: datetime) 
     """Runnable tasks with no lease whose last step message is older than `cutoff`: the broker
     lost it, or a worker died between commit and publish."""
     cond = (
-        tasks.c.status.in_(_DISPATCHABLE)
+        _in_literal(tasks.c.status, _DISPATCHABLE)
         & tasks.c.lease_owner.is_(None)
         & or_(tasks.c.dispatched_at.is_(None), tasks.c.dispatched_at < cutoff)
     )
@@ -122,7 +129,9 @@ def due_timers(
 def expired_approvals(conn: Connection, dialect: str, limit: int) -> list[Dispatch]:
     """Pending or granted-but-unused approvals past their expiry become `expired`, and their
     task (parked in APPROVAL_WAIT) is woken to re-plan."""
-    cond = approvals.c.status.in_(("pending", "granted")) & (approvals.c.expires_at <= db_now())
+    cond = _in_literal(approvals.c.status, ["pending", "granted"]) & (
+        approvals.c.expires_at <= db_now()
+    )
     ids = _locked(
         select(approvals.c.id).where(cond).order_by(approvals.c.expires_at).limit(limit), dialect
     )
@@ -141,6 +150,14 @@ def expired_approvals(conn: Connection, dialect: str, limit: int) -> list[Dispat
                 (tasks.c.id == task_id)
                 & (tasks.c.status == Status.APPROVAL_WAIT.value)
                 & tasks.c.lease_owner.is_(None)
+                # Its timer (the same expiry) may have fallen due and been dispatched already by
+                # a concurrent `due_timers` sweep: one step message is enough.
+                & or_(
+                    tasks.c.next_attempt_at.is_(None),
+                    tasks.c.next_attempt_at > db_now(),
+                    tasks.c.dispatched_at.is_(None),
+                    tasks.c.dispatched_at < tasks.c.next_attempt_at,
+                )
             )
             .values(next_attempt_at=db_now(), dispatched_at=db_now())
             .returning(tasks.c.id, tasks.c.tenant_id)

@@ -6,9 +6,10 @@ Nothing else in the code base writes `tasks.status`.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, Row, insert, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agent_jobs.core.errors import ApprovalError, StaleTransition
@@ -43,6 +44,119 @@ def apply_patch(
     """
     check_transition(task.status, patch.to)
     dispatch = needs_dispatch(patch)
+    # Who moved it: the lease owner, or a sweeper acting on a lapsed lease.
+    data = {**patch.data, "by": actor or owner}
+    cas = _cas_postgres if conn.dialect.name == "postgresql" else _cas_generic
+    row = cas(
+        conn,
+        task,
+        owner=owner,
+        epoch=epoch,
+        patch=patch,
+        lease_ttl_s=lease_ttl_s,
+        dispatch=dispatch,
+        data=data,
+    )
+    if row is None:
+        raise StaleTransition(task.id, task.version, epoch)
+    new = task_from_row(row)
+    _write_effect(conn, task.id, patch)
+    _write_approval(conn, task, patch)
+    if patch.dead_letter is not None:
+        conn.execute(
+            insert(dead_letters).values(
+                task_id=task.id,
+                tenant_id=task.tenant_id,
+                workflow=task.workflow,
+                reason=patch.dead_letter[:1000],
+                attempts=new.attempts,
+                at=db_now(),
+            )
+        )
+    return new, (Dispatch(task.id, task.tenant_id) if dispatch else None)
+
+
+# Postgres: the guarded UPDATE and the event INSERT in one statement, one round trip. The INSERT
+# reads the UPDATE's RETURNING, so when the CAS matches no row no event is written either.
+_PG_CAS = text(
+    """
+WITH u AS (
+  UPDATE tasks SET
+    status = :to_status,
+    version = version + 1,
+    event_seq = event_seq + 1,
+    updated_at = now(),
+    next_attempt_at = CASE WHEN CAST(:wake AS double precision) IS NULL THEN NULL
+        ELSE now() + make_interval(secs => CAST(:wake AS double precision)) END,
+    state = COALESCE(CAST(:state AS jsonb), state),
+    attempts = COALESCE(CAST(:attempts AS integer), attempts),
+    outcome = COALESCE(CAST(:outcome AS jsonb), outcome),
+    lease_owner = CASE WHEN :keep THEN lease_owner ELSE NULL END,
+    lease_expires_at = CASE WHEN :keep
+        THEN now() + make_interval(secs => CAST(:ttl AS double precision)) ELSE NULL END,
+    dispatched_at = CASE WHEN :dispatch THEN now() ELSE dispatched_at END
+  WHERE id = :id AND version = :version AND lease_epoch = :epoch
+    AND lease_owner IS NOT DISTINCT FROM CAST(:owner AS varchar)
+  RETURNING tasks.*
+), e AS (
+  INSERT INTO task_events (task_id, seq, type, from_status, to_status, data, trace_id, at)
+  SELECT id, event_seq, :event, :from_status, :to_status, CAST(:data AS jsonb), trace_id, now()
+  FROM u
+)
+SELECT * FROM u
+"""
+).columns(*tasks.c)
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def _cas_postgres(
+    conn: Connection,
+    task: TaskRow,
+    *,
+    owner: str | None,
+    epoch: int,
+    patch: Patch,
+    lease_ttl_s: float,
+    dispatch: bool,
+    data: dict[str, Any],
+) -> Row[Any] | None:
+    return conn.execute(
+        _PG_CAS,
+        {
+            "to_status": patch.to.value,
+            "wake": patch.wake_in_s,
+            "state": _json(patch.state),
+            "attempts": patch.attempts,
+            "outcome": _json(patch.outcome),
+            "keep": patch.keep_lease,
+            "ttl": lease_ttl_s,
+            "dispatch": dispatch,
+            "id": task.id,
+            "version": task.version,
+            "epoch": epoch,
+            "owner": owner,
+            "event": patch.event,
+            "from_status": task.status.value,
+            "data": _json(data),
+        },
+    ).first()
+
+
+def _cas_generic(
+    conn: Connection,
+    task: TaskRow,
+    *,
+    owner: str | None,
+    epoch: int,
+    patch: Patch,
+    lease_ttl_s: float,
+    dispatch: bool,
+    data: dict[str, Any],
+) -> Row[Any] | None:
+    """The same compare-and-set as two statements (SQLite has no data-modifying CTEs)."""
     values: dict[str, Any] = {
         "status": patch.to.value,
         "version": tasks.c.version + 1,
@@ -71,35 +185,20 @@ def apply_patch(
     )
     row = conn.execute(update(tasks).where(guard).values(**values).returning(tasks)).first()
     if row is None:
-        raise StaleTransition(task.id, task.version, epoch)
-    new = task_from_row(row)
+        return None
     conn.execute(
         insert(task_events).values(
             task_id=task.id,
-            seq=new.event_seq,
+            seq=row._mapping["event_seq"],
             type=patch.event,
             from_status=task.status.value,
             to_status=patch.to.value,
-            # Who moved it: the lease owner, or a sweeper acting on a lapsed lease.
-            data={**patch.data, "by": actor or owner},
+            data=data,
             trace_id=task.trace_id,
             at=db_now(),
         )
     )
-    _write_effect(conn, task.id, patch)
-    _write_approval(conn, task, patch)
-    if patch.dead_letter is not None:
-        conn.execute(
-            insert(dead_letters).values(
-                task_id=task.id,
-                tenant_id=task.tenant_id,
-                workflow=task.workflow,
-                reason=patch.dead_letter[:1000],
-                attempts=new.attempts,
-                at=db_now(),
-            )
-        )
-    return new, (Dispatch(task.id, task.tenant_id) if dispatch else None)
+    return row
 
 
 def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:

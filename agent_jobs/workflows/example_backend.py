@@ -8,7 +8,10 @@ Faults (armed per operation, consumed one per call):
 - `drop_after_commit`: the transfer is committed, then the response is lost (ConnectionError);
 - `timeout`: the transfer is committed after `delay_s`, and the caller has stopped waiting
   (TimeoutError);
-- `slow`: the call takes `delay_s` and then succeeds (long enough to kill a worker mid-call);
+- `slow`: the call takes `delay_s` and then succeeds (long enough to kill a worker mid-call,
+  before the ledger commits);
+- `hang_after_commit`: the ledger commits, then the call takes `delay_s` to answer (kill the
+  worker in that window and the effect exists but nobody recorded it);
 - `fail`: a definitive refusal, nothing committed;
 - `error`: a transient error before anything is committed.
 """
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-Fault = Literal["drop_after_commit", "timeout", "slow", "fail", "error"]
+Fault = Literal["drop_after_commit", "timeout", "slow", "hang_after_commit", "fail", "error"]
 Operation = Literal["transfer", "lookup", "read"]
 
 DEFAULT_PATH_ENV = "AGENT_JOBS_EXAMPLE_BACKEND"
@@ -148,6 +151,8 @@ class ExampleBackend:
             if kind in ("slow", "timeout"):
                 time.sleep(delay)
         result = self._commit_transfer(key, account, amount_minor, currency)
+        if fault is not None and fault[0] == "hang_after_commit":
+            time.sleep(fault[1])
         if fault is not None and fault[0] == "drop_after_commit":
             raise ConnectionError("connection reset after the ledger committed")
         if fault is not None and fault[0] == "timeout":

@@ -26,6 +26,10 @@ class NoopWorkflow:
             raise InvalidInput("sleep_ms must be a number from 0 to 60000")
         return {"left": steps}
 
+    def quick(self, inp: wf.StepInput) -> bool:
+        """Steps that do no I/O run in one transaction, without a lease (see the runner)."""
+        return not inp.input.get("sleep_ms")
+
     def decide(self, inp: wf.StepInput) -> wf.Decision:
         sleep_ms = inp.input.get("sleep_ms", 0)
         if sleep_ms:

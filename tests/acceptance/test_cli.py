@@ -1,0 +1,222 @@
+"""The `agent-jobs` command as a user runs it: a separate process, embedded defaults, no
+services. Bad input is one line on stderr and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_JOBS_")}
+    env.update({
+        "AGENT_JOBS_DATABASE_URL": f"sqlite:///{tmp / 'aj.db'}",
+        "AGENT_JOBS_EXAMPLE_BACKEND": str(tmp / "ledger.db"),
+        "AGENT_JOBS_SWEEP_INTERVAL_S": "0.3",
+        "AGENT_JOBS_DISPATCH_GRACE_S": "0.5",
+    })  # fmt: skip
+    return env
+
+
+def cli(tmp: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent_jobs.cli", *args],
+        env=_env(tmp), capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["submit", "--tenant", "Bad Tenant", "--key", "k", "--workflow", "example@1"], "--tenant"),
+        (
+            [
+                "submit",
+                "--tenant",
+                "t1",
+                "--key",
+                "k",
+                "--workflow",
+                "example@1",
+                "--input",
+                "{oops",
+            ],
+            "not valid JSON",
+        ),
+        (
+            ["submit", "--tenant", "t1", "--key", "k", "--workflow", "example@1", "--input", "[1]"],
+            "JSON object",
+        ),
+        (["submit", "--tenant", "t1", "--key", "k", "--workflow", "nope@1"], "unknown workflow"),
+        (["submit", "--tenant", "t1", "--key", "k", "--workflow", "no-version"], "name@version"),
+        (["status", "tsk_missing"], "not found"),
+        (["approve", "apr_missing", "--as", "boss"], "not found"),
+        (["sweep", "everything"], "invalid choice"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_a_non_zero_exit(
+    tmp_path: Path, args: list[str], needle: str
+) -> None:
+    cli(tmp_path, "db", "upgrade")
+    proc = cli(tmp_path, *args, ok=False)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines and lines[0].startswith("agent-jobs: error:"), proc.stderr
+    assert needle in proc.stderr
+
+
+def test_every_command_has_help(tmp_path: Path) -> None:
+    top = cli(tmp_path, "--help").stdout
+    for command in (
+        "submit",
+        "status",
+        "events",
+        "cancel",
+        "approvals",
+        "approve",
+        "deny",
+        "sweep",
+        "db",
+        "run",
+        "demo",
+        "bench",
+        "dead-letters",
+    ):
+        assert command in top
+        assert cli(tmp_path, command, "--help").stdout.startswith("usage:")
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """`agent-jobs run`: the embedded worker and beat, as a user starts them."""
+    cli(tmp_path, "db", "upgrade")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent_jobs.cli", "run", "--concurrency", "2"],
+        env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while "ready" not in proc.stdout.readline():
+        assert time.monotonic() < deadline and proc.poll() is None, "agent-jobs run did not start"
+    yield proc
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+
+
+def _status(tmp: Path, task_id: str) -> dict[str, object]:
+    return dict(json.loads(cli(tmp, "status", task_id, "--json").stdout))
+
+
+def _wait_status(tmp: Path, task_id: str, status: str, timeout_s: float = 60) -> dict[str, object]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        view = _status(tmp, task_id)
+        if view["status"] == status:
+            return view
+        time.sleep(0.3)
+    raise AssertionError(f"{task_id} never reached {status}: {_status(tmp, task_id)}")
+
+
+def test_submit_approve_deny_and_cancel_from_the_command_line(
+    tmp_path: Path, runner: subprocess.Popen[str]
+) -> None:
+    payout = json.dumps({"account": "acc_1", "amount_minor": 250000, "reads": 0})
+    first = cli(
+        tmp_path,
+        "submit",
+        "--tenant",
+        "acme",
+        "--key",
+        "req-1",
+        "--workflow",
+        "example@1",
+        "--input",
+        payout,
+        "--requester",
+        "alice",
+    ).stdout.strip()
+    again = cli(
+        tmp_path,
+        "submit",
+        "--tenant",
+        "acme",
+        "--key",
+        "req-1",
+        "--workflow",
+        "example@1",
+        "--input",
+        payout,
+        "--requester",
+        "alice",
+    ).stdout.strip()
+    assert first == again and first.startswith("tsk_")
+    view = _wait_status(tmp_path, first, "APPROVAL_WAIT")
+    assert view["display_status"] == "awaiting_approval"
+    listed = json.loads(cli(tmp_path, "approvals", "--tenant", "acme", "--json").stdout)
+    assert [a["task_id"] for a in listed] == [first]
+    assert listed[0]["args"]["amount_minor"] == 250000  # the approver sees the exact action
+    refused = cli(tmp_path, "approve", first, "--as", "alice", ok=False)
+    assert refused.returncode != 0 and "requester" in refused.stderr
+    cli(tmp_path, "approve", first, "--as", "lead-41")
+    done = _wait_status(tmp_path, first, "COMPLETED")
+    assert done["outcome"]["verified"] is True  # type: ignore[index]
+
+    denied = cli(
+        tmp_path,
+        "submit",
+        "--tenant",
+        "acme",
+        "--key",
+        "req-2",
+        "--workflow",
+        "example@1",
+        "--input",
+        payout,
+        "--requester",
+        "alice",
+    ).stdout.strip()
+    _wait_status(tmp_path, denied, "APPROVAL_WAIT")
+    cli(tmp_path, "deny", denied, "--as", "lead-41")
+    _wait_status(tmp_path, denied, "FAILED")
+
+    parked = cli(
+        tmp_path,
+        "submit",
+        "--tenant",
+        "acme",
+        "--key",
+        "req-3",
+        "--workflow",
+        "example@1",
+        "--input",
+        payout,
+        "--requester",
+        "alice",
+    ).stdout.strip()
+    _wait_status(tmp_path, parked, "APPROVAL_WAIT")
+    cli(tmp_path, "cancel", parked)
+    _wait_status(tmp_path, parked, "CANCELLED")
+    events = cli(tmp_path, "events", parked).stdout
+    assert "cancel_requested" in events and "cancelled" in events
+
+
+def test_the_example_demo_runs_the_incident_with_every_effect_once(tmp_path: Path) -> None:
+    proc = cli(tmp_path, "demo", "example")
+    assert "every effect executed exactly once" in proc.stdout
+    for moment in ("EXEC_UNKNOWN", "SIGKILL", "lease_expired", "reconciled_found", "COMPLETED"):
+        assert moment in proc.stdout

@@ -1,0 +1,44 @@
+"""A live runtime on the test Postgres database and the test Redis broker."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+def wait_until(
+    what: str, check: Callable[[], Any], timeout_s: float = 60.0, every_s: float = 0.05
+) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")
+
+
+@contextmanager
+def live_env(**env: str) -> Iterator[None]:
+    """Point this process's settings (and a fresh runtime) at the given AGENT_JOBS_* values."""
+    from agent_jobs.config import settings
+    from agent_jobs.queue.runtime import set_runtime
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    settings.cache_clear()
+    set_runtime(None)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        settings.cache_clear()
+        set_runtime(None)
