@@ -37,7 +37,6 @@ def cmd_fairness(args: argparse.Namespace) -> int:
         step_ms=args.step_ms,
         workers=args.workers,
         rounds=args.rounds,
-        active=args.active,
         progress=not args.json,
     )
     return _print(result, args.json, fairness.render)
@@ -50,6 +49,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         rows=args.rows, small=args.small, due=args.due, repeats=args.repeats, progress=not args.json
     )
     return _print(result, args.json, sweep.render)
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from agent_jobs.bench import chaos  # noqa: PLC0415
+
+    result = chaos.run(
+        tasks=args.tasks,
+        workers=args.workers,
+        kill_every_s=args.kill_every,
+        flushes=args.flushes,
+        timeout_s=args.timeout,
+        seed=args.seed,
+        progress=not args.json,
+    )
+    _print(result, args.json, chaos.render)
+    return 0 if result["lost"] == 0 and result["duplicate_effects"] == 0 else 1
 
 
 def register(sub: Any) -> None:
@@ -71,13 +86,25 @@ def register(sub: Any) -> None:
 
     f = bsub.add_parser("fairness", help="a lone tenant's wait behind another tenant's backlog")
     f.add_argument("--tenants", type=int, default=20, help="tenants with queues")
-    f.add_argument("--active", type=int, default=None, help="(throughput mode) tenants with work")
     f.add_argument("--backlog", type=int, default=2000)
     f.add_argument("--step-ms", type=float, default=5.0)
     f.add_argument("--workers", type=int, default=2)
     f.add_argument("--rounds", type=int, default=5)
+    f.add_argument("--no-shared", action="store_true", help="skip the one-shared-queue baseline")
     f.add_argument("--json", action="store_true")
     f.set_defaults(func=cmd_fairness)
+
+    c = bsub.add_parser(
+        "chaos", help="SIGKILL workers and flush the broker under load; count losses"
+    )
+    c.add_argument("--tasks", type=int, default=300)
+    c.add_argument("--workers", type=int, default=3)
+    c.add_argument("--kill-every", type=float, default=4.0, help="seconds between SIGKILLs")
+    c.add_argument("--flushes", type=int, default=2)
+    c.add_argument("--timeout", type=float, default=600.0)
+    c.add_argument("--seed", type=int, default=8472)
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_chaos)
 
     s = bsub.add_parser("sweep", help="sweep cost with many finished tasks vs few")
     s.add_argument("--rows", type=int, default=1_000_000)

@@ -1,7 +1,7 @@
 """Persistence. The only package that imports SQLAlchemy; everything else goes through `Store`."""
 
 from agent_jobs.store.rows import CommitResult, CreateResult, Dispatch, Lease, TaskRow
-from agent_jobs.store.store import CancelResult, DecisionResult, Store
+from agent_jobs.store.store import CancelResult, DecisionResult, RejectedSubmission, Store
 
 __all__ = [
     "CancelResult",
@@ -10,6 +10,7 @@ __all__ = [
     "DecisionResult",
     "Dispatch",
     "Lease",
+    "RejectedSubmission",
     "Store",
     "TaskRow",
 ]

@@ -199,3 +199,24 @@ marks = Table(
     Column("name", String(64), primary_key=True),
     Column("at", UTCDateTime(), nullable=False),
 )
+
+# Celery-native submissions that created nothing (missing or invalid token, bad request, key
+# reused with another payload, rate limit): one row per broker message, with its reason, so a
+# sender can find out why its task never appeared. Tenant and subject are filled only when the
+# token was verified; `claimed_tenant` is what an unverified token said, for the investigator.
+rejected_submissions = Table(
+    "rejected_submissions",
+    metadata,
+    Column("id", String(80), primary_key=True),
+    Column("via", String(16), nullable=False),
+    Column("reason_code", String(64), nullable=False),
+    Column("reason", String(500), nullable=False),
+    Column("tenant_id", String(63)),
+    Column("subject", String(255)),
+    Column("claimed_tenant", String(63)),
+    Column("idempotency_key", String(255)),
+    Column("message_id", String(255)),
+    Column("at", UTCDateTime(), nullable=False),
+    Index("ix_rejected_submissions_at", "at"),
+    Index("ix_rejected_submissions_tenant_at", "tenant_id", "at"),
+)

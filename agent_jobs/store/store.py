@@ -8,8 +8,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, case, func, insert, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    bindparam,
+    case,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from agent_jobs.core.contracts import (
     ApprovalView,
@@ -36,12 +49,58 @@ from agent_jobs.store.rows import (
     event_from_row,
     task_from_row,
 )
-from agent_jobs.store.schema import approvals, dead_letters, effects, marks, task_events, tasks
+from agent_jobs.store.schema import (
+    approvals,
+    dead_letters,
+    effects,
+    marks,
+    rejected_submissions,
+    task_events,
+    tasks,
+)
 from agent_jobs.store.types import db_now, db_now_plus
 from agent_jobs.store.writes import append_event, apply_patch, insert_ignore
 
 _TERMINAL = [s.value for s in TERMINAL]
+_NOT_TERMINAL = text("tasks.status NOT IN (" + ", ".join(f"'{s}'" for s in sorted(_TERMINAL)) + ")")
+
+_CLAIMABLE = (
+    _NOT_TERMINAL
+    & or_(tasks.c.lease_expires_at.is_(None), tasks.c.lease_expires_at < db_now())
+    & or_(tasks.c.next_attempt_at.is_(None), tasks.c.next_attempt_at <= db_now())
+)
+_LOCK = select(tasks).where((tasks.c.id == bindparam("p_id")) & _CLAIMABLE)
+# SKIP LOCKED: a second delivery of the same step finds the row busy and drops the message.
+_LOCK_PG = _LOCK.with_for_update(skip_locked=True)
+_LEASE_LOCKED = (
+    update(tasks)
+    .where(tasks.c.id == bindparam("p_id"))
+    .values(
+        lease_owner=bindparam("p_owner"),
+        lease_expires_at=db_now_plus(bindparam("p_ttl")),
+        lease_epoch=tasks.c.lease_epoch + 1,
+    )
+    .returning(tasks)
+)
+
+# Built once: the claim runs for every step, and building the expression costs more than
+# running it. Claimable = not terminal, lease free or lapsed, timer (if any) due.
+_CLAIM = (
+    update(tasks)
+    .where((tasks.c.id == bindparam("p_id")) & _CLAIMABLE)
+    .values(
+        lease_owner=bindparam("p_owner"),
+        lease_expires_at=db_now_plus(bindparam("p_ttl")),
+        lease_epoch=tasks.c.lease_epoch + 1,
+    )
+    .returning(tasks)
+)
 _PARKED = [s.value for s in PARKED]
+
+
+# Errors that mean "the database cannot be reached or cannot serve now" (connection refused or
+# lost, pool exhausted, lock timeouts): callers answer "try again" (503, a retry), not a bug.
+UNAVAILABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError, PoolTimeout)
 
 
 @dataclass(frozen=True)
@@ -55,6 +114,26 @@ class CancelResult:
 class DecisionResult:
     approval: ApprovalView
     dispatch: Dispatch | None
+
+
+@dataclass(frozen=True)
+class RejectedSubmission:
+    """A submission that created nothing, and why (see `record_rejected_submission`)."""
+
+    id: str
+    via: str
+    reason_code: str
+    reason: str
+    tenant_id: str | None
+    subject: str | None
+    claimed_tenant: str | None
+    idempotency_key: str | None
+    message_id: str | None
+    at: datetime
+
+
+def _identity(subject: str) -> str:
+    return subject.strip().casefold()
 
 
 class Store:
@@ -186,23 +265,8 @@ class Store:
         The expiry comes from the database clock. Returns None when another worker owns it, it
         is parked, or it is terminal: the caller acks and drops the message.
         """
-        stmt = (
-            update(tasks)
-            .where(
-                (tasks.c.id == task_id)
-                & tasks.c.status.not_in(_TERMINAL)
-                & or_(tasks.c.lease_expires_at.is_(None), tasks.c.lease_expires_at < db_now())
-                & or_(tasks.c.next_attempt_at.is_(None), tasks.c.next_attempt_at <= db_now())
-            )
-            .values(
-                lease_owner=owner,
-                lease_expires_at=db_now_plus(ttl_s),
-                lease_epoch=tasks.c.lease_epoch + 1,
-            )
-            .returning(tasks)
-        )
         with self.tx() as conn:
-            row = conn.execute(stmt).first()
+            row = conn.execute(_CLAIM, {"p_id": task_id, "p_owner": owner, "p_ttl": ttl_s}).first()
         if row is None:
             return None
         task = task_from_row(row)
@@ -210,6 +274,37 @@ class Store:
         return Lease(
             task=task, owner=owner, epoch=task.lease_epoch, expires_at=task.lease_expires_at
         )
+
+    def lock_claimable(self, conn: Connection, task_id: str) -> TaskRow | None:
+        """Inside `conn`'s transaction: the task, row-locked, if it is claimable (as `claim`
+        defines it); None if not, or if another transaction holds it (SKIP LOCKED)."""
+        stmt = _LOCK_PG if self.dialect == "postgresql" else _LOCK
+        row = conn.execute(stmt, {"p_id": task_id}).first()
+        return task_from_row(row) if row is not None else None
+
+    def lease_locked(self, conn: Connection, task: TaskRow, owner: str, ttl_s: float) -> Lease:
+        """Turn a row lock taken by `lock_claimable` into a lease (the step will do I/O)."""
+        row = conn.execute(_LEASE_LOCKED, {"p_id": task.id, "p_owner": owner, "p_ttl": ttl_s}).one()
+        leased = task_from_row(row)
+        assert leased.lease_expires_at is not None
+        return Lease(
+            task=leased, owner=owner, epoch=leased.lease_epoch, expires_at=leased.lease_expires_at
+        )
+
+    def commit_locked(
+        self, conn: Connection, task: TaskRow, patch: Patch, *, actor: str
+    ) -> CommitResult:
+        """Apply a transition to a task row-locked by `lock_claimable` in this transaction."""
+        new, dispatch = apply_patch(
+            conn,
+            task,
+            owner=task.lease_owner,
+            epoch=task.lease_epoch,
+            patch=patch,
+            lease_ttl_s=0,
+            actor=actor,
+        )
+        return CommitResult(task=new, lease=None, dispatch=dispatch)
 
     def renew(self, lease: Lease, ttl_s: float) -> Lease:
         """Heartbeat: push the expiry out. `StaleTransition` if the lease was lost."""
@@ -295,11 +390,14 @@ class Store:
                 )
                 .returning(tasks)
             ).first()
-            if row is None:
-                task = self.get(task_id, tenant_id)  # NotFound, or terminal: nothing to cancel
-                return CancelResult(task, accepted=False, dispatch=None)
-            task = task_from_row(row)
-            append_event(conn, task_id, "cancel_requested", {})
+            if row is not None:
+                append_event(conn, task_id, "cancel_requested", {})
+        if row is None:
+            # Read after the transaction: on SQLite a second connection inside it would wait on
+            # this one's write lock until the busy timeout.
+            task = self.get(task_id, tenant_id)  # NotFound, or terminal: nothing to cancel
+            return CancelResult(task, accepted=False, dispatch=None)
+        task = task_from_row(row)
         woke = task.status in PARKED and task.lease_owner is None
         return CancelResult(
             task, accepted=True, dispatch=Dispatch(task.id, task.tenant_id) if woke else None
@@ -368,7 +466,10 @@ class Store:
         """Grant or deny a pending approval and wake its task. Refuses self-approval, decisions on
         expired or already decided approvals, and another tenant's approval (as not found)."""
         current = self.approval(approval_id, tenant_id)
-        if current.requester == approver:
+        if not approver.strip():
+            raise ApprovalError(approval_id, "an approver must be named")
+        # "Alice" and " alice" are the same person: compare identities, not spellings.
+        if _identity(current.requester) == _identity(approver):
             raise ApprovalError(approval_id, "the approver cannot be the requester")
         status = "granted" if grant else "denied"
         with self.tx() as conn:
@@ -384,12 +485,11 @@ class Store:
                 .returning(approvals)
             ).first()
             if row is None:
-                fresh = self.approval(approval_id)
-                reason = (
-                    f"already {fresh.status}"
-                    if fresh.status != "pending"
-                    else "expired before the decision"
-                )
+                # Read on this connection: on SQLite a second one would wait on our write lock.
+                fresh = conn.execute(
+                    select(approvals.c.status).where(approvals.c.id == approval_id)
+                ).scalar_one()
+                reason = f"already {fresh}" if fresh != "pending" else "expired before the decision"
                 raise ApprovalError(approval_id, reason)
             view = approval_from_row(row)
             woke = conn.execute(
@@ -439,6 +539,60 @@ class Store:
         assert isinstance(now, datetime)
         return now
 
+    # -- rejected submissions ------------------------------------------------------------------
+
+    def record_rejected_submission(
+        self,
+        record_id: str,
+        *,
+        via: str,
+        reason_code: str,
+        reason: str,
+        tenant_id: str | None = None,
+        subject: str | None = None,
+        claimed_tenant: str | None = None,
+        idempotency_key: str | None = None,
+        message_id: str | None = None,
+    ) -> bool:
+        """Record a submission that created nothing. Idempotent on `record_id` (a redelivered
+        message is recorded once); True when this call wrote the row."""
+        stmt = (
+            insert_ignore(self.dialect, rejected_submissions)
+            .values(
+                id=record_id[:80],
+                via=via[:16],
+                reason_code=reason_code[:64],
+                reason=reason[:500],
+                tenant_id=tenant_id,
+                subject=subject[:255] if subject else None,
+                claimed_tenant=claimed_tenant[:63] if claimed_tenant else None,
+                idempotency_key=idempotency_key[:255] if idempotency_key else None,
+                message_id=message_id[:255] if message_id else None,
+                at=db_now(),
+            )
+            .on_conflict_do_nothing(index_elements=["id"])
+        )
+        with self.tx() as conn:
+            return conn.execute(stmt).rowcount == 1
+
+    def rejected_submissions(
+        self, tenant_id: str | None = None, *, record_id: str | None = None, limit: int = 100
+    ) -> list[RejectedSubmission]:
+        """The newest rejected submissions, optionally of one (verified) tenant or one id."""
+        q = select(rejected_submissions).order_by(rejected_submissions.c.at.desc()).limit(limit)
+        if tenant_id is not None:
+            q = q.where(rejected_submissions.c.tenant_id == tenant_id)
+        if record_id is not None:
+            q = q.where(rejected_submissions.c.id == record_id)
+        with self.engine.connect() as conn:
+            return [RejectedSubmission(**dict(r._mapping)) for r in conn.execute(q)]
+
+    def ping(self) -> None:
+        """Raise if the database cannot answer a trivial query (readiness probes)."""
+        with self.engine.connect() as conn:
+            conn.execute(select(1)).scalar_one()
+            conn.rollback()
+
     # -- sweeps (see sweeps.py) ----------------------------------------------------------------
 
     def sweep_expired_leases(
@@ -458,6 +612,15 @@ class Store:
     def sweep_expired_approvals(self, limit: int) -> list[Dispatch]:
         with self.tx() as conn:
             return sweeps.expired_approvals(conn, self.dialect, limit)
+
+    def count_in_status(self, task_ids: list[str], status: Status) -> int:
+        q = (
+            select(func.count())
+            .select_from(tasks)
+            .where(tasks.c.id.in_(task_ids) & (tasks.c.status == status.value))
+        )
+        with self.engine.connect() as conn:
+            return int(conn.execute(q).scalar_one())
 
     def active_tenants(self) -> list[str]:
         """Tenants with non-terminal work: consumed by every worker when it starts."""

@@ -1,0 +1,102 @@
+"""Worker processes for benchmarks, the chaos run and acceptance tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+
+class WorkerProcess:
+    """`celery -A agent_jobs worker` as a real process group that can be SIGKILLed."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        *,
+        name: str,
+        log: Path,
+        pool: str = "prefork",
+        concurrency: int = 2,
+        loglevel: str = "INFO",
+        queues: list[str] | None = None,
+    ) -> None:
+        self.name = name
+        self.log = log
+        self._out: IO[str] = open(log, "w")  # noqa: SIM115 - closed in stop()
+        cmd = [
+            sys.executable, "-m", "celery", "-A", "agent_jobs", "worker",
+            "--pool", pool, "--concurrency", str(concurrency),
+            "--hostname", f"{name}@%h", "--loglevel", loglevel,
+            "--without-mingle", "--without-gossip", "--without-heartbeat",
+        ]  # fmt: skip
+        if queues:
+            cmd += ["--queues", ",".join(queues)]
+        self.proc = subprocess.Popen(
+            cmd,
+            env={**os.environ, **env, "AGENT_JOBS_WORKER_ID": name},
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: SIGKILL takes the pool with it
+        )
+
+    @property
+    def nodename(self) -> str:
+        return f"{self.name}@{socket.gethostname()}"
+
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        """Until the worker answers a control ping (works at any log level)."""
+        from agent_jobs.queue.app import app  # noqa: PLC0415 - Celery only when used
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker {self.name} exited:\n{self.log.read_text()[-3000:]}")
+            if app.control.ping(destination=[self.nodename], timeout=0.5):
+                return
+        raise RuntimeError(f"worker {self.name} not ready after {timeout_s} s")
+
+    def sigkill(self) -> None:
+        """The whole process group at once: no cleanup, no lease release, no ack."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self, timeout_s: float = 30) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._out.close()
+
+
+def start_workers(
+    env: dict[str, str], count: int, logdir: Path, *, pool: str = "solo", concurrency: int = 1
+) -> list[WorkerProcess]:
+    workers = [
+        WorkerProcess(
+            env,
+            name=f"bench{i}",
+            log=logdir / f"bench{i}.log",
+            pool=pool,
+            concurrency=concurrency,
+            loglevel="WARNING",
+        )
+        for i in range(count)
+    ]
+    for w in workers:
+        w.wait_ready()
+    return workers
+
+
+def stop_all(workers: list[WorkerProcess]) -> None:
+    for w in workers:
+        w.stop()
