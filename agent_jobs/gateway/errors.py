@@ -4,7 +4,8 @@ The orchestrator decides what happens to the task from the type alone: `BudgetEx
 task (FAILED or ESCALATED), `ModelUnavailable` and `InvalidModelOutput` send it to RETRY_WAIT,
 `ProviderRejected` is a configuration or request bug that no retry fixes. Calls that returned a
 response were billed even when the proposal is unusable, so every error carries `usage_after`:
-the task's usage including those calls, to be saved in the task's state before anything else.
+the task's usage including those calls, to be saved in the task's state before anything else,
+and `calls`: the billed calls themselves, for per-call accounting.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from agent_jobs.core.errors import AgentJobsError
 
 if TYPE_CHECKING:
-    from agent_jobs.gateway.contracts import TaskUsage
+    from agent_jobs.gateway.contracts import CallRecord, TaskUsage
 
 BudgetName = Literal["max_calls_per_task", "max_input_tokens_per_call", "max_input_tokens_per_task"]
 UnavailableReason = Literal[
@@ -32,6 +33,9 @@ class GatewayError(AgentJobsError):
         super().__init__(message)
         # None only when raised outside the gateway (by a provider); the gateway always fills it.
         self.usage_after = usage_after
+        # The billed calls of the failed request (a repair that came back invalid, say), so the
+        # caller can record each one as it records a successful request's `ModelResult.calls`.
+        self.calls: tuple[CallRecord, ...] = ()
 
 
 class BudgetExceeded(GatewayError):

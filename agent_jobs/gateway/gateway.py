@@ -35,6 +35,7 @@ from agent_jobs.gateway.contracts import CallRecord, Message, ModelRequest, Mode
 from agent_jobs.gateway.costmodel import call_cost
 from agent_jobs.gateway.errors import (
     BudgetExceeded,
+    GatewayError,
     InvalidModelOutput,
     ModelUnavailable,
     ProviderRejected,
@@ -129,8 +130,8 @@ class ModelGateway:
         """Ask the route's model for a proposal; see the module doc for the order of checks.
 
         Raises `BudgetExceeded`, `ModelUnavailable`, `InvalidModelOutput`, `ProviderRejected`
-        (each with `usage_after`), `ConfigError` for an unknown route and `InvalidInput` for a
-        request whose output or tool schema is not valid JSON Schema.
+        (each with `usage_after` and the billed `calls`), `ConfigError` for an unknown route and
+        `InvalidInput` for a request whose output or tool schema is not valid JSON Schema.
         """
         route = self.route(route_name)
         schema = (
@@ -139,6 +140,14 @@ class ModelGateway:
         _check_schemas(schema, request)
         started = self._clock.monotonic()
         run = _Run(route, request, schema, request.usage)
+        try:
+            return self._propose(run, started)
+        except GatewayError as exc:
+            exc.calls = tuple(run.calls)
+            raise
+
+    def _propose(self, run: _Run, started: float) -> ModelResult:
+        route, request, schema = run.route, run.request, run.schema
         messages = list(request.messages)
 
         target, slot, parsed = self._first_call(run, messages)

@@ -1,0 +1,186 @@
+"""The model decision points: one gateway call, its accounting, and what a failure means.
+
+After every call, billed or not, the gateway's `usage_after` is written into the state the step
+commits, so budgets hold across retries, resumes and workers; each billed call also becomes a
+`chat` event (tokens, cost, route, model; never prompt or completion content). What a gateway
+error does to the task is decided here, from its type:
+
+- `BudgetExceeded`: the task stops, ESCALATED to a person (never a retry: that is the loop);
+- `ModelUnavailable`, `InvalidModelOutput`: RETRY_WAIT with backoff (or the provider's hint);
+- `ProviderRejected`, an unknown pinned route or prompt: FAILED (configuration, not chance).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from agent_jobs.core.contracts import EventView
+from agent_jobs.core.errors import ConfigError, InvalidInput
+from agent_jobs.gateway import (
+    BudgetExceeded,
+    CallRecord,
+    GatewayError,
+    InvalidModelOutput,
+    ModelRequest,
+    ModelUnavailable,
+    ToolSpec,
+)
+from agent_jobs.orchestrator import workflow as wf
+from agent_jobs.tools import ToolDescriptor
+from agent_jobs.verify import redact
+from agent_jobs.workflows.refund import state as st
+from agent_jobs.workflows.refund.prompts import PROMPT_VERSION, build_messages
+from agent_jobs.workflows.refund.wiring import ROUTE_KEY, RefundServices
+
+CHAT_EVENT = "chat"
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A validated proposal, and the state with the call recorded in it."""
+
+    state: dict[str, Any]
+    proposal: dict[str, Any]
+
+
+def chat_event(call: CallRecord, *, route: str, step_type: str, outcome: str) -> dict[str, Any]:
+    """The `chat` span of one billed call: what it cost, never what it said."""
+    return {
+        "gen_ai.operation.name": "chat",
+        "step_type": step_type,
+        "route": route,
+        "provider": call.provider,
+        "model": call.model,
+        "input_tokens": call.input_tokens,
+        "output_tokens": call.output_tokens,
+        "cached_input_tokens": call.cached_input_tokens,
+        "tokens_reported": call.tokens_reported,
+        "cost_inr": str(call.cost),
+        "latency_ms": call.latency_ms,
+        "purpose": call.purpose,
+        "fallback": call.fallback,
+        "outcome": outcome,
+    }
+
+
+def calls_from_events(events: Iterable[EventView]) -> list[CallRecord]:
+    """The billed calls of a task, from its `chat` events (the gateway's own figures)."""
+    out = []
+    for e in events:
+        if e.type != CHAT_EVENT:
+            continue
+        d = e.data
+        out.append(
+            CallRecord(
+                input_tokens=int(d.get("input_tokens", 0)),
+                output_tokens=int(d.get("output_tokens", 0)),
+                cached_input_tokens=int(d.get("cached_input_tokens", 0)),
+                provider=str(d.get("provider", "")),
+                model=str(d.get("model", "")),
+                purpose="repair" if d.get("purpose") == "repair" else "propose",
+                fallback=bool(d.get("fallback", False)),
+                tokens_reported=bool(d.get("tokens_reported", True)),
+                cost=Decimal(str(d.get("cost_inr", "0"))),
+                latency_ms=int(d.get("latency_ms", 0)),
+            )
+        )
+    return out
+
+
+def tool_specs(descriptors: Iterable[ToolDescriptor]) -> list[ToolSpec]:
+    """What the model is shown of the tools: name, description, argument schema. No more."""
+    return [
+        ToolSpec(name=d.name, description=d.description, parameters=dict(d.args_schema))
+        for d in descriptors
+    ]
+
+
+def _record(
+    inp: wf.StepInput,
+    state: dict[str, Any],
+    *,
+    route: str,
+    step_type: str,
+    calls: tuple[CallRecord, ...],
+    usage: Any,
+    outcome: str,
+) -> None:
+    st.record_usage(state, usage, calls, step_type)
+    for call in calls:
+        inp.emit(CHAT_EVENT, chat_event(call, route=route, step_type=step_type, outcome=outcome))
+
+
+def ask(
+    services: RefundServices,
+    inp: wf.StepInput,
+    state: dict[str, Any],
+    step_type: str,
+    *,
+    tools: list[ToolDescriptor],
+    facts: dict[str, Any],
+    extra: str = "",
+) -> Asked | wf.Decision:
+    """One model decision point. Returns the proposal, or the decision a failure calls for."""
+    state = copy.deepcopy(state)
+    route = str(inp.pinned.get("model_route") or ROUTE_KEY)
+    prompt = inp.pinned.get("prompt")
+    if prompt != PROMPT_VERSION:
+        return wf.Fail(f"task is pinned to prompt {prompt!r}; this worker ships {PROMPT_VERSION}")
+    who = st.customer(state)
+    request = ModelRequest(
+        tenant_id=inp.tenant_id,
+        task_id=inp.task_id,
+        step_type=step_type,
+        messages=build_messages(state, step_type, who, extra),
+        tools=tool_specs(tools),
+        usage=st.usage(state),
+        # Redacted like the messages: only the scripted model reads facts, but nothing personal
+        # should depend on which provider a route happens to name.
+        facts=redact({**facts, "customer": who.placeholder}, who),
+    )
+    try:
+        result = services.gateway.propose(route, request)
+    except GatewayError as exc:
+        _record(
+            inp,
+            state,
+            route=route,
+            step_type=step_type,
+            calls=exc.calls,
+            usage=exc.usage_after,
+            outcome=exc.code,
+        )
+        if isinstance(exc, BudgetExceeded):
+            return wf.Escalate(f"model budget exhausted: {exc}", state)
+        if isinstance(exc, ModelUnavailable):
+            return wf.Retry(str(exc), state, exc.retry_after_s)
+        if isinstance(exc, InvalidModelOutput):
+            return wf.Retry(str(exc), state)
+        return wf.Fail(f"the model provider refused the request: {exc}", state)
+    except (ConfigError, InvalidInput) as exc:
+        return wf.Fail(f"model route {route}: {exc}", state)
+    _record(
+        inp,
+        state,
+        route=result.route,
+        step_type=step_type,
+        calls=result.calls,
+        usage=result.usage_after,
+        outcome="ok",
+    )
+    st.append(
+        state,
+        {
+            "kind": "model",
+            "step": step_type,
+            "proposal": result.proposal,
+            "model": result.model,
+            "fallback": result.fallback,
+            "repaired": result.repaired,
+        },
+    )
+    return Asked(state, result.proposal)

@@ -1,0 +1,133 @@
+"""Tool calls of the refund workflow, always through the tool executor.
+
+Reads proposed together run in parallel (the seed's orders + payments: the slower of the two, not
+their sum). Every call leaves an `execute_tool <name>` event on the task with the arguments
+hashed, written from the step's own thread after the calls return (the store is not shared
+across the read threads).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from agent_jobs.orchestrator import workflow as wf
+from agent_jobs.tools import (
+    AuditRecord,
+    ExecContext,
+    LoggingAuditSink,
+    Ok,
+    PolicyStamp,
+    Rejected,
+    ToolCall,
+    ToolExecutor,
+    Unknown,
+)
+from agent_jobs.workflows.refund.wiring import RefundServices
+
+MAX_PARALLEL_READS = 4
+
+
+class BufferedAudit:
+    """An `AuditSink` that logs each record and keeps it for the task's event log."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.records: list[AuditRecord] = []
+        self._log = LoggingAuditSink()
+
+    def record(self, record: AuditRecord) -> None:
+        self._log.record(record)
+        with self._lock:
+            self.records.append(record)
+
+    def flush(self, inp: wf.StepInput, scope: str) -> None:
+        """Append one `execute_tool <name>` event per record (the ids are the task's own)."""
+        with self._lock:
+            records, self.records = self.records, []
+        for r in records:
+            data = r.model_dump(mode="json", exclude={"tenant_id", "task_id", "trace_id"})
+            inp.emit(r.span_name, {**data, "step_scope": scope})
+
+
+def context(inp: wf.StepInput, scope: str, request_id: str) -> ExecContext:
+    """Trusted context from the task row: the executor derives keys and credentials from it."""
+    return ExecContext(
+        tenant_id=inp.tenant_id,
+        task_id=inp.task_id,
+        trace_id=inp.trace_id,
+        step_scope=scope,
+        request_id=request_id,
+    )
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    tool: str
+    args: dict[str, Any]
+    outcome: Ok | Rejected | Unknown
+
+
+def run_reads(
+    services: RefundServices,
+    inp: wf.StepInput,
+    calls: list[dict[str, Any]],
+    scope: str,
+    request_id: str,
+) -> list[ReadResult]:
+    """Run `calls` ({tool, args}) in parallel under `scope`; results in the calls' order."""
+    audit = BufferedAudit()
+    executor = ToolExecutor(services.tools, services.credentials, audit)
+    ctx = context(inp, scope, request_id)
+
+    def one(call: dict[str, Any]) -> ReadResult:
+        args = dict(call.get("args") or {})
+        outcome = executor.execute(ToolCall(tool=str(call["tool"]), args=args), ctx)
+        return ReadResult(str(call["tool"]), args, outcome)
+
+    if len(calls) == 1:
+        results = [one(calls[0])]
+    else:
+        with ThreadPoolExecutor(max_workers=min(len(calls), MAX_PARALLEL_READS)) as pool:
+            results = list(pool.map(one, calls))
+    audit.flush(inp, scope)
+    return results
+
+
+def run_one(
+    services: RefundServices,
+    inp: wf.StepInput,
+    call: ToolCall,
+    scope: str,
+    request_id: str,
+) -> Ok | Rejected | Unknown:
+    """One call (the refund write, or a reconcile or verification read), audited."""
+    audit = BufferedAudit()
+    executor = ToolExecutor(services.tools, services.credentials, audit)
+    outcome = executor.execute(call, context(inp, scope, request_id))
+    audit.flush(inp, scope)
+    return outcome
+
+
+def refund_call(
+    args: dict[str, Any],
+    key: str,
+    *,
+    action_hash: str,
+    policy_version: str,
+    approval_id: str | None,
+) -> ToolCall:
+    """The refund write with its key and the stamp of the decision (and grant) it rests on."""
+    return ToolCall(
+        tool="refunds.create",
+        args=args,
+        idempotency_key=key,
+        policy_decision=PolicyStamp(
+            decision="approved" if approval_id else "allow",
+            action_hash=action_hash,
+            policy_version=policy_version,
+            approval_id=approval_id,
+        ),
+    )
