@@ -10,7 +10,10 @@ from celery import Celery
 
 from agent_jobs.queue.consumers import TenantQueues
 
-app = Celery("agent_jobs", include=["agent_jobs.queue.tasks"])
+app = Celery(
+    "agent_jobs",
+    include=["agent_jobs.queue.tasks", "agent_jobs.bench.floor_task", "agent_jobs.api.submit_task"],
+)
 app.config_from_object("agent_jobs.queue.celery_config")
 _override = os.environ.get("AGENT_JOBS_CELERY_CONFIG")
 if _override:

@@ -48,8 +48,20 @@ def build_runtime(
     workflows: WorkflowRegistry | None = None,
     observer: Observer | None = None,
 ) -> Runtime:
-    # Imported here: app.py installs the consumer bootstep, which needs this module.
+    # Imported here: app.py installs the consumer bootstep, which needs this module; the
+    # metrics module imports prometheus_client, which a worker must import only after it chose
+    # multiprocess mode.
+    from celery.signals import before_task_publish  # noqa: PLC0415
+
+    from agent_jobs.obs.metrics import PrometheusObserver, stamp_enqueued_at  # noqa: PLC0415
     from agent_jobs.queue.app import app  # noqa: PLC0415
+
+    # Metrics: the Prometheus observer unless the caller brings one, and an enqueue-time stamp
+    # on every message this process publishes (queue age at scrape time; see obs/queues.py).
+    before_task_publish.connect(
+        stamp_enqueued_at, weak=False, dispatch_uid="agent_jobs.enqueued_at"
+    )
+    observer = observer or PrometheusObserver()
 
     store = Store.from_url(cfg.database_url)
     registry = workflows or default_registry()
@@ -66,7 +78,7 @@ def build_runtime(
         probe = FreshInProcessBroker()
     else:
         probe = NeverLost()
-    publisher = CeleryPublisher(app, directory, cfg.queue_prefix)
+    publisher = CeleryPublisher(app, directory, cfg.queue_prefix, shared=cfg.routing == "shared")
     orchestrator = Orchestrator(store, registry, publisher, cfg, observer=observer)
     sweepers = Sweepers(store, publisher, cfg, probe, observer=observer)
     return Runtime(cfg, store, registry, directory, publisher, orchestrator, sweepers, os.getpid())

@@ -1,0 +1,86 @@
+"""`/v1/approvals`: an approver lists the pending actions of their tenant and grants or denies one.
+
+The approver is the token's subject (role `approver` required) and is never the requester of the
+task (checked here for a clear 403, and again by the store and a database constraint)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
+
+from agent_jobs.api import responses as r
+from agent_jobs.api.auth import Principal
+from agent_jobs.api.deps import approver, state
+from agent_jobs.api.errors import ApiError
+from agent_jobs.api.models import ID_PATTERN, Approval, ApprovalList, Decision
+from agent_jobs.core.contracts import ApprovalStatus
+
+router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
+
+ApprovalId = Annotated[str, Path(pattern=ID_PATTERN, description="The approval's id.")]
+Approver = Annotated[Principal, Depends(approver)]
+
+
+@router.get(
+    "",
+    response_model=ApprovalList,
+    summary="List approvals of the caller's tenant",
+    responses=r.errors(401, 403, 422, 503),
+)
+def list_approvals(
+    request: Request,
+    who: Approver,
+    status: Annotated[
+        ApprovalStatus | None, Query(description="Only approvals in this status.")
+    ] = None,
+    task_id: Annotated[
+        str | None, Query(pattern=ID_PATTERN, description="Only this task's approvals.")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> ApprovalList:
+    views = state(request).runtime.store.list_approvals(
+        who.tenant_id, status=status, task_id=task_id, limit=limit
+    )
+    return ApprovalList(approvals=[Approval.from_view(v) for v in views])
+
+
+def _decide(request: Request, who: Principal, approval_id: str, grant: bool, note: str) -> Approval:
+    rt = state(request).runtime
+    current = rt.store.approval(approval_id, who.tenant_id)  # another tenant's: 404
+    if current.requester == who.subject:
+        raise ApiError(403, "self_approval", "the requester of a task cannot approve its actions")
+    view = rt.orchestrator.decide_approval(
+        approval_id, who.subject, grant=grant, tenant_id=who.tenant_id, note=note
+    )
+    return Approval.from_view(view)
+
+
+_DECISION_ERRORS = r.errors(401, 403, 404, 409, 413, 422, 503)
+OptionalDecision = Annotated[Decision | None, Body()]
+
+
+@router.post(
+    "/{approval_id}/grant",
+    response_model=Approval,
+    summary="Grant a pending approval",
+    description="Binds the grant to the approval's exact action hash and policy version; it "
+    "expires and is single-use. 409 when the approval is no longer pending.",
+    responses=_DECISION_ERRORS,
+)
+def grant(
+    approval_id: ApprovalId, request: Request, who: Approver, body: OptionalDecision = None
+) -> Approval:
+    return _decide(request, who, approval_id, True, body.note if body else "")
+
+
+@router.post(
+    "/{approval_id}/deny",
+    response_model=Approval,
+    summary="Deny a pending approval",
+    responses=_DECISION_ERRORS,
+)
+def deny(
+    approval_id: ApprovalId, request: Request, who: Approver, body: OptionalDecision = None
+) -> Approval:
+    return _decide(request, who, approval_id, False, body.note if body else "")
