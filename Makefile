@@ -9,7 +9,14 @@ PG_URL ?= postgresql://postgres@127.0.0.1:5432
 REDIS_URL ?= redis://127.0.0.1:6379
 BENCH_ENV := AGENT_JOBS_DATABASE_URL=$(PG_URL)/agent_jobs_bench AGENT_JOBS_BROKER_URL=$(REDIS_URL)/5
 
-.PHONY: install demo demo-example test lint format bench bench-transitions bench-fairness bench-sweep chaos clean help
+# `make api / worker / beat / flower` run the real thing on local Postgres and Redis.
+DEV_JWT_SECRET ?= dev-only-secret-change-me-0123456789
+API_URL ?= http://127.0.0.1:8000
+SERVICE_ENV := AGENT_JOBS_DATABASE_URL=$(PG_URL)/agent_jobs AGENT_JOBS_BROKER_URL=$(REDIS_URL)/0 \
+	AGENT_JOBS_JWT_SECRET=$(DEV_JWT_SECRET)
+
+.PHONY: install demo demo-example test lint format bench bench-transitions bench-fairness bench-sweep \
+	chaos api worker beat flower schemathesis compose-config clean help
 
 help:
 	@echo "make install   create .venv and install agent_jobs with its dev tools"
@@ -18,6 +25,8 @@ help:
 	@echo "make lint      ruff and mypy --strict"
 	@echo "make bench     the three benchmarks on Postgres + Redis"
 	@echo "make chaos     hundreds of tasks, workers SIGKILLed, broker flushed: lost/duplicates"
+	@echo "make api | worker | beat | flower   run the services on local Postgres and Redis"
+	@echo "make schemathesis   fuzz a running API (make api) against its OpenAPI document"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +68,27 @@ bench-sweep: $(STAMP)
 
 chaos: $(STAMP)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench chaos --tasks 300
+
+api: $(STAMP)
+	$(SERVICE_ENV) $(BIN)/python -c "from agent_jobs.store.admin import ensure_database as e; import os; e(os.environ['AGENT_JOBS_DATABASE_URL'])"
+	$(SERVICE_ENV) $(BIN)/agent-jobs db upgrade
+	$(SERVICE_ENV) $(BIN)/agent-jobs api --host 127.0.0.1 --port 8000
+
+worker: $(STAMP)
+	$(SERVICE_ENV) $(BIN)/agent-jobs worker --metrics-port 9808 -- --loglevel=INFO
+
+beat: $(STAMP)
+	$(SERVICE_ENV) $(BIN)/celery -A agent_jobs beat --loglevel INFO
+
+flower: $(STAMP)
+	FLOWER_UNAUTHENTICATED_API=true $(SERVICE_ENV) $(BIN)/agent-jobs flower -- --port=5555 --address=127.0.0.1
+
+schemathesis: $(STAMP)
+	SCHEMATHESIS_TOKEN="$$($(SERVICE_ENV) $(BIN)/agent-jobs token --tenant st --sub schemathesis --role approver)" \
+	  $(BIN)/schemathesis --config-file deploy/schemathesis.toml run $(API_URL)/openapi.json --checks all
+
+compose-config:
+	docker compose config --quiet
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
