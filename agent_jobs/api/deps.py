@@ -21,7 +21,13 @@ class ApiOrchestrator(Protocol):
     """The orchestrator entry points the API uses (`orchestrator.runner.Orchestrator`)."""
 
     def submit(
-        self, tenant_id: str, idempotency_key: str, request: Any, *, requester: str
+        self,
+        tenant_id: str,
+        idempotency_key: str,
+        request: Any,
+        *,
+        requester: str,
+        via: str = "python",
     ) -> CreateResult: ...
 
     def cancel(self, task_id: str, tenant_id: str | None = None) -> CancelResult: ...

@@ -47,7 +47,13 @@ class InvalidIdempotencyKey(AgentJobsError):
 
 class _Submitter(Protocol):
     def submit(
-        self, tenant_id: str, idempotency_key: str, request: TaskRequest, *, requester: str
+        self,
+        tenant_id: str,
+        idempotency_key: str,
+        request: TaskRequest,
+        *,
+        requester: str,
+        via: str = "python",
     ) -> CreateResult: ...
 
 
@@ -128,12 +134,10 @@ class Intake:
         if not verdict.allowed:
             self.metrics.rate_limited(principal.tenant_id)
             raise RateLimited(principal.tenant_id, verdict.retry_after_s)
-        result = self.orchestrator.submit(
-            principal.tenant_id, idempotency_key, request, requester=principal.subject
+        # The orchestrator counts the creation (once, whichever door the task came in by).
+        return self.orchestrator.submit(
+            principal.tenant_id, idempotency_key, request, requester=principal.subject, via=via
         )
-        if result.created:
-            self.metrics.task_created(request.workflow, via)
-        return result
 
 
 def payload_size(raw: Any) -> int:

@@ -51,7 +51,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         raise InvalidInput(validation_message(exc)) from None
     rt = _runtime()
-    result = rt.orchestrator.submit(tenant, key, request, requester=args.requester)
+    result = rt.orchestrator.submit(tenant, key, request, requester=args.requester, via="cli")
     if args.json:
         print(
             to_json(

@@ -92,7 +92,10 @@ MODEL_TOKENS = Counter(
     namespace=NS,
 )
 MODEL_COST = Counter(
-    "model_cost_usd", "Model cost in US dollars, by route.", ["route"], namespace=NS
+    "model_cost_inr",
+    "Model cost in the price table's currency (INR), by route.",
+    ["route"],
+    namespace=NS,
 )
 TOOL_CALLS = Counter(
     "tool_calls",
@@ -230,7 +233,7 @@ class PrometheusObserver:
         input_tokens: int = 0,
         output_tokens: int = 0,
         cached_input_tokens: int = 0,
-        cost_usd: Decimal | float = 0,
+        cost: Decimal | float = 0,
     ) -> None:
         """One gateway request (`outcome`: ok, budget_exceeded, unavailable, invalid_output...)."""
         MODEL_CALLS.labels(route, outcome).inc()
@@ -241,8 +244,8 @@ class PrometheusObserver:
         ):
             if n:
                 MODEL_TOKENS.labels(route, kind).inc(n)
-        if cost_usd:
-            MODEL_COST.labels(route).inc(float(cost_usd))
+        if cost:
+            MODEL_COST.labels(route).inc(float(cost))
 
     @_safe
     def tool_call(self, tool: str, outcome: str) -> None:
@@ -261,9 +264,7 @@ class MetricsAuditSink:
     `is_write(tool)` says whether a tool has side effects (e.g. from the tool registry).
     """
 
-    def __init__(
-        self, inner: Any, is_write: Callable[[str], bool], observer: PrometheusObserver
-    ) -> None:
+    def __init__(self, inner: Any, is_write: Callable[[str], bool], observer: Any) -> None:
         self.inner = inner
         self.is_write = is_write
         self.observer = observer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Protocol
 
 from agent_jobs.store import Dispatch
@@ -35,6 +36,25 @@ class Observer(Protocol):
 
     def stale_commit(self) -> None: ...
 
+    def task_created(self, workflow: str, via: str) -> None: ...
+
+    def policy_decision(self, policy_version: str, decision: str) -> None: ...
+
+    def model_call(
+        self,
+        route: str,
+        outcome: str,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cached_input_tokens: int = 0,
+        cost: Decimal | float = 0,
+    ) -> None: ...
+
+    def tool_call(self, tool: str, outcome: str) -> None: ...
+
+    def unauthorised_action(self, tool: str) -> None: ...
+
 
 class NullObserver:
     def transition(self, workflow: str, frm: str, to: str) -> None:
@@ -53,6 +73,30 @@ class NullObserver:
         pass
 
     def stale_commit(self) -> None:
+        pass
+
+    def task_created(self, workflow: str, via: str) -> None:
+        pass
+
+    def policy_decision(self, policy_version: str, decision: str) -> None:
+        pass
+
+    def model_call(
+        self,
+        route: str,
+        outcome: str,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cached_input_tokens: int = 0,
+        cost: Decimal | float = 0,
+    ) -> None:
+        pass
+
+    def tool_call(self, tool: str, outcome: str) -> None:
+        pass
+
+    def unauthorised_action(self, tool: str) -> None:
         pass
 
 

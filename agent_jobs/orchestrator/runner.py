@@ -78,7 +78,13 @@ class Orchestrator:
     # -- entry points used by the API, the CLI and the client -------------------------------
 
     def submit(
-        self, tenant_id: str, idempotency_key: str, request: TaskRequest, *, requester: str
+        self,
+        tenant_id: str,
+        idempotency_key: str,
+        request: TaskRequest,
+        *,
+        requester: str,
+        via: str = "python",
     ) -> CreateResult:
         """Create (or find) the task and publish its first step."""
         workflow = self.workflows.get(
@@ -92,6 +98,8 @@ class Orchestrator:
             pinned={"workflow": request.workflow, **workflow.pinned()},
         )
         task = result.task
+        if result.created:
+            self.observer.task_created(request.workflow, via)
         # A repeated request for a task nobody has started yet publishes again: if the first
         # publish was lost with a crashed API process, the client's retry repairs it at once.
         if result.created or (task.status is S.RECEIVED and task.lease_owner is None):

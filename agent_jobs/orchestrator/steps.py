@@ -162,6 +162,12 @@ class Steps:
             wake_in_s=delay,
         )
 
+    def authorize(self, s: Session, action: Action) -> wf.Authorization:
+        """The workflow's policy, counted: every decision (and every revalidation) is a metric."""
+        auth = s.workflow.authorize(s.inp(), action)
+        self.observer.policy_decision(auth.policy_version, auth.kind)
+        return auth
+
     # -- RECEIVED --------------------------------------------------------------------------
 
     def received(self, s: Session) -> Patch:
@@ -227,7 +233,7 @@ class Steps:
     def act(self, s: Session, decision: wf.Act, rt: dict[str, Any]) -> Patch:
         action = decision.action
         try:
-            auth = s.workflow.authorize(s.inp(), action)
+            auth = self.authorize(s, action)
         except Exception as exc:
             log.exception("authorize failed for %s", s.task.id)
             return self.retry(s, f"authorize raised {type(exc).__name__}: {exc}", decision.state)
@@ -464,7 +470,7 @@ class Steps:
     def request_approval(
         self, s: Session, action: Action, rt: dict[str, Any], *, reason: str
     ) -> Patch:
-        auth = s.workflow.authorize(s.inp(), action)
+        auth = self.authorize(s, action)
         if auth.kind == "deny":
             return Patch(
                 to=S.ESCALATED,
@@ -527,7 +533,7 @@ class Steps:
             problem = "self_approval"
         auth = None
         if problem is None:
-            auth = s.workflow.authorize(s.inp(), action)
+            auth = self.authorize(s, action)
             if auth.kind == "deny":
                 problem = "policy_denies_now"
             elif auth.policy_version != approval.policy_version:

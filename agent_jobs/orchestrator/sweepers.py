@@ -93,9 +93,11 @@ class Sweepers:
         return cutoff
 
     def lease(self) -> int:
-        n = self._drain(
-            lambda: self.store.sweep_expired_leases(self.settings.sweep_batch, lost_lease_patch)
-        )
+        def lost(task: TaskRow) -> Patch:
+            self.observer.reconciled("entered_unknown")  # an EXECUTING task whose holder vanished
+            return lost_lease_patch(task)
+
+        n = self._drain(lambda: self.store.sweep_expired_leases(self.settings.sweep_batch, lost))
         if n:
             self.observer.lease_expired(n)
         return n

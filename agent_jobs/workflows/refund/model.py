@@ -30,6 +30,7 @@ from agent_jobs.gateway import (
     ToolSpec,
 )
 from agent_jobs.orchestrator import workflow as wf
+from agent_jobs.orchestrator.ports import Observer
 from agent_jobs.tools import ToolDescriptor
 from agent_jobs.verify import redact
 from agent_jobs.workflows.refund import state as st
@@ -108,10 +109,21 @@ def _record(
     calls: tuple[CallRecord, ...],
     usage: Any,
     outcome: str,
+    observer: Observer,
 ) -> None:
     st.record_usage(state, usage, calls, step_type)
     for call in calls:
         inp.emit(CHAT_EVENT, chat_event(call, route=route, step_type=step_type, outcome=outcome))
+        observer.model_call(
+            route,
+            outcome,
+            input_tokens=call.input_tokens,
+            output_tokens=call.output_tokens,
+            cached_input_tokens=call.cached_input_tokens,
+            cost=call.cost,
+        )
+    if not calls:  # refused before any billed call (budget, breaker, provider down)
+        observer.model_call(route, outcome)
 
 
 def ask(
@@ -153,6 +165,7 @@ def ask(
             calls=exc.calls,
             usage=exc.usage_after,
             outcome=exc.code,
+            observer=services.observer,
         )
         if isinstance(exc, BudgetExceeded):
             return wf.Escalate(f"model budget exhausted: {exc}", state)
@@ -171,6 +184,7 @@ def ask(
         calls=result.calls,
         usage=result.usage_after,
         outcome="ok",
+        observer=services.observer,
     )
     st.append(
         state,

@@ -52,6 +52,18 @@ class BufferedAudit:
             inp.emit(r.span_name, {**data, "step_scope": scope})
 
 
+def _counted(services: RefundServices, audit: BufferedAudit) -> Any:
+    """The audit sink, counting tool calls by outcome and flagging a write that may have reached
+    its system without a policy decision (the "unauthorised actions executed" metric: zero)."""
+    from agent_jobs.obs.metrics import MetricsAuditSink  # noqa: PLC0415 - see wiring.py
+
+    def is_write(tool: str) -> bool:
+        descriptor = services.tools.get(tool)
+        return True if descriptor is None else descriptor.is_write
+
+    return MetricsAuditSink(audit, is_write, services.observer)
+
+
 def context(inp: wf.StepInput, scope: str, request_id: str) -> ExecContext:
     """Trusted context from the task row: the executor derives keys and credentials from it."""
     return ExecContext(
@@ -79,7 +91,7 @@ def run_reads(
 ) -> list[ReadResult]:
     """Run `calls` ({tool, args}) in parallel under `scope`; results in the calls' order."""
     audit = BufferedAudit()
-    executor = ToolExecutor(services.tools, services.credentials, audit)
+    executor = ToolExecutor(services.tools, services.credentials, _counted(services, audit))
     ctx = context(inp, scope, request_id)
 
     def one(call: dict[str, Any]) -> ReadResult:
@@ -105,7 +117,7 @@ def run_one(
 ) -> Ok | Rejected | Unknown:
     """One call (the refund write, or a reconcile or verification read), audited."""
     audit = BufferedAudit()
-    executor = ToolExecutor(services.tools, services.credentials, audit)
+    executor = ToolExecutor(services.tools, services.credentials, _counted(services, audit))
     outcome = executor.execute(call, context(inp, scope, request_id))
     audit.flush(inp, scope)
     return outcome

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from agent_jobs.gateway import (
     ScriptedProvider,
     load_routes,
 )
+from agent_jobs.orchestrator.ports import NullObserver, Observer
 from agent_jobs.tools import (
     CredentialProvider,
     HmacCredentialProvider,
@@ -62,6 +63,8 @@ class RefundServices:
     gateway: ModelGateway
     tools: ToolRegistry
     credentials: CredentialProvider
+    # Metrics: model calls, tokens and cost by route; tool calls by tool and outcome.
+    observer: Observer = field(default_factory=NullObserver)
 
 
 def systems_config(base_url: str, environ: Mapping[str, str] | None = None) -> SystemsConfig:
@@ -120,10 +123,14 @@ def services_from_env(
     base = env.get(SYSTEMS_URL) or DEV_BASE_URL
     # `environ=None` keeps reading the process environment at call time for the per-system URLs.
     config = systems_config(base, None if environ is None else environ)
+    # Imported here: prometheus_client must load after a worker chose its multiprocess mode.
+    from agent_jobs.obs.metrics import PrometheusObserver  # noqa: PLC0415
+
     return RefundServices(
         gateway=gateway,
         tools=refund_registry(config),
         credentials=HmacCredentialProvider.from_env(env),
+        observer=PrometheusObserver(),
     )
 
 
