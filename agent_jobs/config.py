@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import Any
 
 from agent_jobs.core.errors import ConfigError
 
@@ -94,6 +95,19 @@ class Settings:
     worker_metrics_port: int | None = None
     # `agent-jobs flower` re-inspects the workers this often, so new tenant queues show up.
     flower_refresh_s: float = 5.0
+    # A worker stops consuming a tenant's queue after it has been idle this long (and is empty).
+    tenant_idle_s: float = 60.0
+    # The dispatch gate (queue/gate.py). Steps in flight per tenant: 0 means no cap.
+    tenant_cap: int = 0
+    tenant_caps: tuple[tuple[str, int], ...] = ()
+    # Cost-weighted fair share between tenants (step time / weight), and its quantum in seconds.
+    fair_share: bool = False
+    tenant_weights: tuple[tuple[str, float], ...] = ()
+    fair_quantum_s: float = 0.25
+    # A gate slot (or model slot) whose holder died comes back after this long.
+    slot_ttl_s: float = 300.0
+    # Model calls in flight across all workers (the seed's "concurrency cap of 40"); 0: no cap.
+    model_cap: int = 0
 
     def lease_owner(self) -> str:
         return self.worker_id or f"{os.uname().nodename}:{os.getpid()}"
@@ -134,6 +148,27 @@ def _rate_limits(raw: str | None) -> tuple[tuple[str, float, int], ...]:
         if entry[1] < 0 or entry[2] < 0:
             raise ConfigError(f"AGENT_JOBS_RATE_LIMITS: {item!r} must not be negative")
         out.append(entry)
+    return tuple(out)
+
+
+def _per_tenant(name: str, cast: type[Any]) -> tuple[tuple[str, Any], ...]:
+    """`acme=5,beta=2` -> (("acme", 5), ("beta", 2)); a malformed entry is a configuration error."""
+    out = []
+    for item in (os.environ.get(name) or "").split(","):
+        if not item.strip():
+            continue
+        tenant, sep, value = item.partition("=")
+        try:
+            if not sep or not tenant.strip():
+                raise ValueError(item)
+            parsed = cast(value.strip())
+            if parsed < 0:
+                raise ValueError(item)
+        except ValueError:
+            raise ConfigError(
+                f"{name}: {item.strip()!r} is not tenant=value (e.g. acme=5)"
+            ) from None
+        out.append((tenant.strip(), parsed))
     return tuple(out)
 
 
@@ -200,6 +235,14 @@ def load_settings() -> Settings:
         submit_max_retries=_int("AGENT_JOBS_SUBMIT_MAX_RETRIES", defaults.submit_max_retries),
         worker_metrics_port=_optional_int("AGENT_JOBS_WORKER_METRICS_PORT"),
         flower_refresh_s=_float("AGENT_JOBS_FLOWER_REFRESH_S", defaults.flower_refresh_s),
+        tenant_idle_s=_float("AGENT_JOBS_TENANT_IDLE_S", defaults.tenant_idle_s),
+        tenant_cap=_int("AGENT_JOBS_TENANT_CAP", defaults.tenant_cap),
+        tenant_caps=_per_tenant("AGENT_JOBS_TENANT_CAPS", int),
+        fair_share=env.get("AGENT_JOBS_FAIR_SHARE", "") in ("1", "true", "on"),
+        tenant_weights=_per_tenant("AGENT_JOBS_TENANT_WEIGHTS", float),
+        fair_quantum_s=_float("AGENT_JOBS_FAIR_QUANTUM_S", defaults.fair_quantum_s),
+        slot_ttl_s=_float("AGENT_JOBS_SLOT_TTL_S", defaults.slot_ttl_s),
+        model_cap=_int("AGENT_JOBS_MODEL_CAP", defaults.model_cap),
     )
     if settings.lease_ttl_s < 1:
         raise ConfigError("AGENT_JOBS_LEASE_TTL_S must be at least 1 second")

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from agent_jobs.config import Settings
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.states import Status
-from agent_jobs.orchestrator.ports import NeverLost, Observer
+from agent_jobs.orchestrator.ports import NeverLost, NullObserver, Observer
 from agent_jobs.orchestrator.registry import WorkflowRegistry
 from agent_jobs.orchestrator.runner import Orchestrator, StepReport
 from agent_jobs.orchestrator.sweepers import Sweepers
@@ -35,6 +36,25 @@ class RecordingPublisher:
         self.published.append(dispatch)
         if not self.drop:
             self.queue.append(dispatch)
+
+    def finished(self, task_id: str, tenant_id: str, seconds: float) -> None:
+        """No gate here (see `gated` below)."""
+
+
+@dataclass
+class GatedRecordingPublisher(RecordingPublisher):
+    """The same, through a real dispatch gate (tenant caps, fair share, model cap)."""
+
+    gated: Any = None
+
+    def publish(self, dispatch: Dispatch) -> None:
+        self.gated.publish(dispatch)
+
+    def enqueue(self, dispatch: Dispatch) -> None:
+        RecordingPublisher.publish(self, dispatch)
+
+    def finished(self, task_id: str, tenant_id: str, seconds: float) -> None:
+        self.gated.finished(task_id, tenant_id, seconds)
 
 
 class LostBroker:
@@ -68,16 +88,30 @@ class Harness:
         settings: Settings | None = None,
         *,
         observer: Observer | None = None,
+        gate: Any = None,
+        model_slots: Any = None,
     ) -> None:
+        """With `gate` (a `queue.gate.RedisGate`) and/or `model_slots`, step messages go through
+        the real dispatch gate: held tasks, pumps and all."""
         self.store = store
         self.settings = settings or TEST_SETTINGS
-        self.publisher = RecordingPublisher()
+        self.publisher: RecordingPublisher = RecordingPublisher()
+        gated = None
+        if gate is not None or model_slots is not None:
+            from agent_jobs.queue.gate import GatedDispatcher  # noqa: PLC0415 - Redis when asked
+
+            gp = GatedRecordingPublisher()
+            gated = GatedDispatcher(
+                gp.enqueue, store, gate, model_slots, observer or NullObserver()
+            )
+            gp.gated = gated
+            self.publisher = gp
         self.probe = LostBroker()
         self.orchestrator = Orchestrator(
             store, workflows, self.publisher, self.settings, observer=observer
         )
         self.sweepers = Sweepers(
-            store, self.publisher, self.settings, self.probe or NeverLost(), observer
+            store, self.publisher, self.settings, self.probe or NeverLost(), observer, gated=gated
         )
         self.reports: list[StepReport] = []
 

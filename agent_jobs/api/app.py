@@ -27,7 +27,8 @@ from agent_jobs.obs.metrics import (
     PrometheusObserver,
     exposition_registry,
 )
-from agent_jobs.obs.queues import QueueCollector
+from agent_jobs.obs.queues import GateCollector, QueueCollector
+from agent_jobs.queue.gate import GATE_HOLD, MODEL_CAP
 
 
 class BodyLimit:
@@ -122,9 +123,25 @@ def _queue_collector(runtime: ApiRuntime, settings: Settings) -> list[Any]:
     directory = getattr(runtime, "directory", None)
 
     def tenants() -> list[str]:
-        return list(directory.active()) if directory is not None else []
+        # Active tenants only: the ones workers consume (idle ones are dropped).
+        return list(directory.active(settings.tenant_idle_s)) if directory is not None else []
 
-    return [QueueCollector(client, settings.queue_prefix, tenants)]
+    collectors: list[Any] = [QueueCollector(client, settings.queue_prefix, tenants)]
+    store = getattr(runtime, "store", None)
+    if store is not None:
+        slots = getattr(runtime, "model_slots", None)
+
+        def held() -> dict[str, dict[str, tuple[int, float]]]:
+            return {reason: store.held_ages(reason) for reason in (GATE_HOLD, MODEL_CAP)}
+
+        collectors.append(
+            GateCollector(
+                held,
+                lambda: len(tenants()),
+                (lambda: (slots.in_use(), slots.limit)) if slots is not None else None,
+            )
+        )
+    return collectors
 
 
 def create_app(runtime: ApiRuntime | None = None, settings: Settings | None = None) -> FastAPI:

@@ -23,6 +23,9 @@ class _Counting:
     def publish(self, dispatch: Dispatch) -> None:
         self.count += 1
 
+    def finished(self, task_id: str, tenant_id: str, seconds: float) -> None:
+        pass
+
 
 def run(*, rows: int, small: int, due: int, repeats: int, progress: bool = True) -> dict[str, Any]:
     require_services()

@@ -74,3 +74,15 @@ class UnknownWorkflow(AgentJobsError):
 
 class ConfigError(AgentJobsError):
     code = "config_error"
+
+
+class Deferred(AgentJobsError):
+    """A step cannot run now for want of a shared resource (e.g. the global model-call cap).
+
+    Raised from a workflow hook, it ends the step without a transition: the task is held at the
+    dispatch gate — no lease, no message, no worker — until the resource frees up. It is not a
+    failure and costs no retry attempt.
+    """
+
+    code = "deferred"
+    hold_for = "deferred"

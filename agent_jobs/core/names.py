@@ -43,10 +43,27 @@ def rate_bucket_key(prefix: str, tenant_id: str) -> str:
 
 
 def tenant_inflight_key(prefix: str, tenant_id: str) -> str:
-    return f"{prefix}:inflight:{tenant_id}"
+    """Sorted set: a tenant's gate slots (task id -> expiry, ms)."""
+    return f"{prefix}:gate:inflight:{tenant_id}"
+
+
+def gate_vt_key(prefix: str) -> str:
+    """Sorted set: backlogged tenants by virtual time (fair share)."""
+    return f"{prefix}:gate:vt:backlogged"
+
+
+def gate_vt_table_key(prefix: str) -> str:
+    """Hash: every tenant's virtual time, kept while it is idle."""
+    return f"{prefix}:gate:vt"
+
+
+def gate_held_key(prefix: str) -> str:
+    """Hash: tenant -> tasks held at the gate (the pump's work list)."""
+    return f"{prefix}:gate:held"
 
 
 def model_semaphore_key(prefix: str) -> str:
+    """Sorted set: model calls in flight across all workers (holder -> expiry, ms)."""
     return f"{prefix}:model:slots"
 
 

@@ -22,6 +22,7 @@ from agent_jobs.gateway.errors import (
     BudgetExceeded,
     GatewayError,
     InvalidModelOutput,
+    ModelCapSaturated,
     ModelUnavailable,
     ProviderRejected,
 )
@@ -42,6 +43,7 @@ from agent_jobs.gateway.routes import (
     load_routes_file,
 )
 from agent_jobs.gateway.schemas import PROPOSAL_V3
+from agent_jobs.gateway.slots import InMemoryModelSlots, ModelSlots, RedisModelSlots
 from agent_jobs.gateway.tokens import estimate_input_tokens, estimate_text_tokens
 
 __all__ = [
@@ -55,15 +57,19 @@ __all__ = [
     "ChatResponse",
     "CircuitBreaker",
     "GatewayError",
+    "InMemoryModelSlots",
     "InvalidModelOutput",
     "Message",
+    "ModelCapSaturated",
     "ModelGateway",
     "ModelRequest",
     "ModelResult",
+    "ModelSlots",
     "ModelUnavailable",
     "OpenAICompatProvider",
     "Provider",
     "ProviderRejected",
+    "RedisModelSlots",
     "Route",
     "ScriptedProvider",
     "TaskUsage",

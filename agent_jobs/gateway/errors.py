@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from agent_jobs.core.errors import AgentJobsError
+from agent_jobs.core.errors import AgentJobsError, Deferred
 
 if TYPE_CHECKING:
     from agent_jobs.gateway.contracts import CallRecord, TaskUsage
@@ -143,3 +143,14 @@ class ProviderRejected(GatewayError):
         self.detail = detail
         self.provider = provider
         self.model = model
+
+
+class ModelCapSaturated(GatewayError, Deferred):
+    """Every model-call slot is taken (the global cap). The step is deferred, not failed: the
+    task is held without a worker until a slot frees, and the wait shows as queue age."""
+
+    code = "model_cap_saturated"
+    retryable = True
+    hold_for = "model_cap"
+    provider = ""
+    model = ""

@@ -20,6 +20,7 @@ every error), so a retried or resumed step sees exactly what was spent.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -37,12 +38,14 @@ from agent_jobs.gateway.errors import (
     BudgetExceeded,
     GatewayError,
     InvalidModelOutput,
+    ModelCapSaturated,
     ModelUnavailable,
     ProviderRejected,
 )
 from agent_jobs.gateway.providers.base import Provider
 from agent_jobs.gateway.routes import ModelTarget, Route
 from agent_jobs.gateway.schemas import validation_errors, validator_for
+from agent_jobs.gateway.slots import ModelSlots
 from agent_jobs.gateway.tokens import estimate_input_tokens, estimate_text_tokens
 
 log = logging.getLogger(__name__)
@@ -87,7 +90,11 @@ class ModelGateway:
         routes: Mapping[str, Route] | Iterable[Route],
         providers: Mapping[str, Provider],
         clock: Clock | None = None,
+        *,
+        model_slots: ModelSlots | None = None,
     ) -> None:
+        # The global model-call cap, shared by every worker (None: no cap).
+        self._slots = model_slots
         listed = routes.values() if isinstance(routes, Mapping) else routes
         self._routes: dict[str, Route] = {r.key: r for r in listed}
         self._providers = dict(providers)
@@ -255,6 +262,34 @@ class ModelGateway:
         estimate = estimate_input_tokens(messages, request.tools, run.schema)
         self._check_budgets(run, estimate)
         breaker = self._breakers[(run.route.key, slot)]
+        holder = f"{request.task_id}:{uuid.uuid4().hex}"
+        if self._slots is not None and not self._slots.acquire(holder):
+            # Saturated: defer the step (held without a worker) rather than fail or spin.
+            raise _stamp(
+                ModelCapSaturated(f"all {self._slots.limit} model-call slots are in use"),
+                target,
+                run.usage,
+            )
+        try:
+            return self._call_with_slot(
+                run, target, slot, messages, purpose=purpose, estimate=estimate, breaker=breaker
+            )
+        finally:
+            if self._slots is not None:
+                self._slots.release(holder)
+
+    def _call_with_slot(
+        self,
+        run: _Run,
+        target: ModelTarget,
+        slot: Slot,
+        messages: list[Message],
+        *,
+        purpose: Literal["propose", "repair"],
+        estimate: int,
+        breaker: CircuitBreaker,
+    ) -> ParsedOutput:
+        request = run.request
         try:
             permit = breaker.acquire()
         except ModelUnavailable as exc:
@@ -313,7 +348,7 @@ class ModelGateway:
         return parsed
 
 
-_E = TypeVar("_E", ModelUnavailable, ProviderRejected)
+_E = TypeVar("_E", ModelUnavailable, ProviderRejected, ModelCapSaturated)
 
 
 def _stamp(exc: _E, target: ModelTarget, usage: TaskUsage) -> _E:

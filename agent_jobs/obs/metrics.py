@@ -103,6 +103,12 @@ TOOL_CALLS = Counter(
     ["tool", "outcome"],
     namespace=NS,
 )
+CAP_WAITS = Counter(
+    "cap_waits",
+    "Steps held at the dispatch gate instead of queued, by reason (gate, model_cap).",
+    ["reason"],
+    namespace=NS,
+)
 DEAD_LETTERS = Counter(
     "dead_letters", "Tasks moved to the dead letters, by workflow.", ["workflow"], namespace=NS
 )
@@ -250,6 +256,10 @@ class PrometheusObserver:
     @_safe
     def tool_call(self, tool: str, outcome: str) -> None:
         TOOL_CALLS.labels(tool, outcome).inc()
+
+    @_safe
+    def held(self, reason: str) -> None:
+        CAP_WAITS.labels(reason).inc()
 
     @_safe
     def unauthorised_action(self, tool: str) -> None:

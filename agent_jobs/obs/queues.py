@@ -105,3 +105,58 @@ class QueueCollector(Collector):
                 age.add_metric([queue, tenant], max(0.0, now - stamp))
         yield depth
         yield age
+
+
+class GateCollector(Collector):
+    """What the dispatch gate holds back, per tenant and reason; tenants active; and how full
+    the global model-call cap is. Held tasks are queue age too: they wait, just not in Redis."""
+
+    def __init__(
+        self,
+        held: Callable[[], dict[str, dict[str, tuple[int, float]]]],
+        active_tenants: Callable[[], int],
+        model_slots: Callable[[], tuple[int, int]] | None = None,
+    ) -> None:
+        self.held = held
+        self.active_tenants = active_tenants
+        self.model_slots = model_slots
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            by_reason = self.held()
+            active = self.active_tenants()
+            slots = self.model_slots() if self.model_slots is not None else None
+        except Exception:
+            log.warning("gate metrics: could not be read", exc_info=True)
+            return
+        held = GaugeMetricFamily(
+            "agent_jobs_held_tasks",
+            "Runnable tasks held at the dispatch gate (tenant cap, fair share, model cap).",
+            labels=["tenant", "reason"],
+        )
+        age = GaugeMetricFamily(
+            "agent_jobs_held_oldest_age_seconds",
+            "How long the oldest held task of a tenant has waited.",
+            labels=["tenant", "reason"],
+        )
+        for reason, tenants in sorted(by_reason.items()):
+            for tenant, (n, oldest) in sorted(tenants.items()):
+                held.add_metric([tenant, reason], n)
+                age.add_metric([tenant, reason], max(0.0, oldest))
+        yield held
+        yield age
+        yield GaugeMetricFamily(
+            "agent_jobs_tenants_active", "Tenants whose queues workers consume.", value=active
+        )
+        if slots is not None:
+            in_use, limit = slots
+            yield GaugeMetricFamily(
+                "agent_jobs_model_slots_in_use",
+                "Model calls in flight (all workers).",
+                value=in_use,
+            )
+            yield GaugeMetricFamily(
+                "agent_jobs_model_cap_saturation",
+                "Model calls in flight over the global cap (1 = saturated).",
+                value=in_use / limit if limit else 0.0,
+            )

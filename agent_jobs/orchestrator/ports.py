@@ -14,6 +14,17 @@ class Publisher(Protocol):
 
     def publish(self, dispatch: Dispatch) -> None: ...
 
+    def finished(self, task_id: str, tenant_id: str, seconds: float) -> None:
+        """A claimed step of this task ended (however it ended): give back its gate slot,
+        charge its cost, and let held work out."""
+        ...
+
+
+class HeldPump(Protocol):
+    """The dispatch gate's sweep: reconcile its counts with the database, let held work out."""
+
+    def sweep(self) -> int: ...
+
 
 class BrokerProbe(Protocol):
     """Tells whether the broker lost its messages since the last look (restart, FLUSHALL)."""
@@ -54,6 +65,8 @@ class Observer(Protocol):
     def tool_call(self, tool: str, outcome: str) -> None: ...
 
     def unauthorised_action(self, tool: str) -> None: ...
+
+    def held(self, reason: str) -> None: ...
 
 
 class NullObserver:
@@ -97,6 +110,9 @@ class NullObserver:
         pass
 
     def unauthorised_action(self, tool: str) -> None:
+        pass
+
+    def held(self, reason: str) -> None:
         pass
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent_jobs.config import Settings
 from agent_jobs.core.contracts import ApprovalView, TaskRequest
-from agent_jobs.core.errors import ApprovalError, StaleTransition, UnknownWorkflow
+from agent_jobs.core.errors import ApprovalError, Deferred, StaleTransition, UnknownWorkflow
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import Status
 from agent_jobs.orchestrator.leases import LeaseKeeper
@@ -53,6 +53,9 @@ class StepReport:
     from_status: Status
     to_status: Status | None  # None: nothing to do, or the commit lost the race
     stale: bool = False
+    tenant_id: str = ""
+    # The next step's message, published by run_step once the step's gate slot is given back.
+    dispatch: Dispatch | None = None
 
 
 class Orchestrator:
@@ -138,8 +141,20 @@ class Orchestrator:
         same transaction: a lease exists to survive I/O, and a step without I/O needs none. Any
         other step turns the lock into a fenced lease and runs outside the transaction.
         """
-        owner = self.settings.lease_owner()
         started = time.monotonic()
+        report = self._run(task_id, started)
+        if report is None:
+            return None
+        # The end of a claimed step, however it ended: give back the gate slot (charging the
+        # step's time to its tenant) before this task's next step asks for one, so held work of
+        # the same tenant gets its turn first.
+        self.publisher.finished(task_id, report.tenant_id, time.monotonic() - started)
+        if report.dispatch is not None:
+            self.publisher.publish(report.dispatch)  # only now: the transaction has committed
+        return report
+
+    def _run(self, task_id: str, started: float) -> StepReport | None:
+        owner = self.settings.lease_owner()
         lease: Lease | None = None
         quick: tuple[StepReport, Dispatch | None] | None = None
         try:
@@ -154,9 +169,12 @@ class Orchestrator:
                     lease = self.store.lease_locked(conn, task, owner, self.settings.lease_ttl_s)
             if quick is not None:
                 report, dispatch = quick
-                if dispatch is not None:
-                    self.publisher.publish(dispatch)  # only now: the transaction has committed
-                return report
+                return replace(report, dispatch=dispatch)
+        except Deferred as exc:
+            # A quick step wanting a shared resource: rolled back; hold it (it held no lease).
+            self.store.hold(task_id, exc.hold_for)
+            self.observer.held(exc.hold_for)
+            return StepReport(task_id, S.RUNNING, None, tenant_id=self.store.get(task_id).tenant_id)
         except _NeedsLease:
             # The "quick" step wanted an effect after all; its transaction rolled back.
             lease = self.store.claim(task_id, owner, self.settings.lease_ttl_s)
@@ -187,11 +205,11 @@ class Orchestrator:
         patch = self._dispatch_status(session)
         if patch is None:
             self.observer.step(task.status.value, time.monotonic() - started, "noop")
-            return StepReport(task.id, task.status, None), None
+            return StepReport(task.id, task.status, None, tenant_id=task.tenant_id), None
         result = self.store.commit_locked(conn, task, patch, actor=owner)
         self.observer.transition(task.workflow, task.status.value, patch.to.value)
         self.observer.step(task.status.value, time.monotonic() - started, "ok")
-        return StepReport(task.id, task.status, patch.to), result.dispatch
+        return StepReport(task.id, task.status, patch.to, tenant_id=task.tenant_id), result.dispatch
 
     def _session(self, lease: Lease, workflow: Workflow, *, quick: bool = False) -> Session:
         session = Session(
@@ -228,19 +246,25 @@ class Orchestrator:
             # An intermediate commit (the intent) lost the race: another worker owns the task.
             self.observer.stale_commit()
             log.info("%s", exc)
-            return StepReport(task.id, task.status, None, stale=True)
+            return StepReport(task.id, task.status, None, stale=True, tenant_id=task.tenant_id)
         except ApprovalError as exc:
             # The grant was consumed or expired between our check and the intent's transaction.
             log.info("%s", exc)
             self.store.release(session.lease)
-            return StepReport(task.id, task.status, None)
+            return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
+        except Deferred as exc:
+            # A shared resource is saturated (the model cap): no transition, no failure; the
+            # task is held without its lease until the gate's pump lets it out again.
+            self.store.hold(task.id, exc.hold_for, lease=session.lease)
+            self.observer.held(exc.hold_for)
+            return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
         except Exception:
             log.exception("step for %s (%s) failed; releasing the lease", task.id, task.status)
             self.store.release(session.lease)
             raise
         if patch is None:
             self.store.release(session.lease)
-            return StepReport(task.id, task.status, None)
+            return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
         return self._finish(session, patch)
 
     def _dispatch_status(self, s: Session) -> Patch | None:
@@ -274,11 +298,17 @@ class Orchestrator:
                 {"from": frm.value, "to": patch.to.value, "event": patch.event, "data": patch.data},
             )
             log.info("%s", exc)
-            return StepReport(s.lease.task_id, frm, None, stale=True)
+            return StepReport(
+                s.lease.task_id, frm, None, stale=True, tenant_id=s.lease.task.tenant_id
+            )
         self.observer.transition(s.lease.task.workflow, frm.value, patch.to.value)
-        if result.dispatch is not None:
-            self.publisher.publish(result.dispatch)
-        return StepReport(s.lease.task_id, frm, patch.to)
+        return StepReport(
+            s.lease.task_id,
+            frm,
+            patch.to,
+            tenant_id=s.lease.task.tenant_id,
+            dispatch=result.dispatch,
+        )
 
     def _commit_keep(self, s: Session, patch: Patch) -> Lease:
         frm = s.lease.task.status

@@ -16,7 +16,7 @@ from typing import Any
 
 from agent_jobs.config import Settings
 from agent_jobs.core.contracts import Action, ApprovalView
-from agent_jobs.core.errors import InvalidInput
+from agent_jobs.core.errors import Deferred, InvalidInput
 from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
 from agent_jobs.core.retry import backoff_s
 from agent_jobs.core.states import Status, is_legal
@@ -191,6 +191,8 @@ class Steps:
             return self.stop(s, "step budget exhausted", prefer=S.ESCALATED)
         try:
             decision = s.workflow.decide(s.inp())
+        except Deferred:
+            raise  # not a failure: the runner holds the task until the resource frees
         except Exception as exc:
             log.exception("decide failed for %s", s.task.id)
             return self.retry(s, f"decide raised {type(exc).__name__}: {exc}", None)
@@ -580,6 +582,8 @@ class Steps:
         rt = s.runtime()
         try:
             verdict = s.workflow.verify(s.inp())
+        except Deferred:
+            raise
         except Exception as exc:
             log.exception("verify raised for %s", s.task.id)
             attempt = s.task.attempts + 1

@@ -12,14 +12,20 @@ from agent_jobs.config import Settings
 from agent_jobs.core.contracts import Action
 from agent_jobs.core.patch import EffectWrite, Patch
 from agent_jobs.core.states import Status
-from agent_jobs.orchestrator.ports import BrokerProbe, NullObserver, Observer, Publisher
+from agent_jobs.orchestrator.ports import (
+    BrokerProbe,
+    HeldPump,
+    NullObserver,
+    Observer,
+    Publisher,
+)
 from agent_jobs.orchestrator.steps import action_summary
 from agent_jobs.store import Dispatch, Store, TaskRow
 
 log = logging.getLogger(__name__)
 
 BROKER_LOST_MARK = "broker_lost_before"
-KINDS = ("lease", "dispatch", "retry", "unknown", "approvals")
+KINDS = ("lease", "dispatch", "retry", "unknown", "approvals", "held")
 MAX_BATCHES = 200  # one sweep call moves at most MAX_BATCHES * batch tasks, then yields
 
 
@@ -51,7 +57,10 @@ class Sweepers:
         settings: Settings,
         probe: BrokerProbe,
         observer: Observer | None = None,
+        *,
+        gated: HeldPump | None = None,
     ) -> None:
+        self.gated = gated
         self.store = store
         self.publisher = publisher
         self.settings = settings
@@ -119,6 +128,11 @@ class Sweepers:
         return self._drain(
             lambda: self.store.sweep_due(Status.EXEC_UNKNOWN, self.settings.sweep_batch, cutoff)
         )
+
+    def held(self) -> int:
+        """Tasks held at the dispatch gate whose turn has come (a slot of a dead holder expired,
+        a fair-share position moved on, a model slot freed): the pump's safety net."""
+        return self.gated.sweep() if self.gated is not None else 0
 
     def approvals(self) -> int:
         cutoff = self.cutoff()

@@ -74,5 +74,5 @@ beat_schedule = {
         # A sweep that waited longer than an interval is superseded by the next one.
         "options": {"expires": max(1.0, _s.sweep_interval_s)},
     }
-    for kind in ("lease", "dispatch", "retry", "unknown", "approvals")
+    for kind in ("lease", "dispatch", "retry", "unknown", "approvals", "held")
 }

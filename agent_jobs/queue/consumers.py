@@ -1,23 +1,35 @@
-"""A consumer bootstep: the worker consumes every tenant queue that has work, without a restart.
+"""A consumer bootstep: each worker consumes exactly the tenant queues that have work.
 
-On start it consumes the tenants with runnable work in the database (so a restarted worker picks
-up everything), then re-reads the tenant directory every `queue_sync_interval_s`, and the
-database every `DB_RESYNC_EVERY` reads: the database is the truth, the directory the fast path.
+kombu's Redis transport issues one BRPOP over every consumed queue for each message, so the cost
+of a fetch grows with the number of queues: consuming every tenant that ever existed would make
+a thousand-tenant deployment crawl. So:
+
+- on start, a worker consumes the tenants with dispatchable work in the database (a restarted
+  worker picks up everything);
+- every `queue_sync_interval_s` it re-reads the tenant directory (tenants recently dispatched
+  to), and the database every `DB_RESYNC_EVERY` reads: the database is the truth, the directory
+  the fast path; a new tenant's first dispatch also broadcasts `add_consumer` at once;
+- a tenant idle for `tenant_idle_s` whose queue is empty is dropped; it is looked at again a
+  couple of sync intervals later (and on every database re-read), and consumed again if a
+  message slipped in meanwhile, so no step is stranded in a queue nobody consumes.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
+import redis
 from celery import bootsteps
 
-from agent_jobs.core.names import shared_queue, tenant_queue
-from agent_jobs.queue.runtime import get_runtime
+from agent_jobs.core.names import shared_queue, tenant_of_queue, tenant_queue
+from agent_jobs.queue.runtime import Runtime, get_runtime
 
 log = logging.getLogger(__name__)
 
 DB_RESYNC_EVERY = 10
+RECHECKS = 3  # a dropped tenant's queue is looked at again this many sync intervals later
 
 
 class TenantQueues(bootsteps.StartStopStep):  # type: ignore[misc]
@@ -27,6 +39,8 @@ class TenantQueues(bootsteps.StartStopStep):  # type: ignore[misc]
         super().__init__(parent, **kwargs)
         self._tref: Any = None
         self._reads = 0
+        self._rechecks: dict[str, float] = {}
+        self._broker: redis.Redis | None = None
 
     def start(self, c: Any) -> None:
         runtime = get_runtime()
@@ -43,23 +57,68 @@ class TenantQueues(bootsteps.StartStopStep):  # type: ignore[misc]
     def _sync(self, c: Any, from_db: bool = False) -> None:
         try:
             runtime = get_runtime()
+            consumer = c.task_consumer
+            if consumer is None:
+                return
             if runtime.settings.routing == "shared":
-                queue = shared_queue(runtime.settings.queue_prefix)
-                if c.task_consumer is not None and not c.task_consumer.consuming_from(queue):
-                    c.call_soon(c.add_task_queue, queue)
+                self._consume(c, shared_queue(runtime.settings.queue_prefix))
                 return
             self._reads += 1
-            tenants = set(runtime.directory.active())
+            cfg = runtime.settings
+            wanted = set(runtime.directory.active(cfg.tenant_idle_s))
+            db_tenants: set[str] | None = None
             if from_db or self._reads % DB_RESYNC_EVERY == 0:
-                for tenant in runtime.store.active_tenants():
-                    if tenant not in tenants:
-                        runtime.directory.touch(tenant)
-                        tenants.add(tenant)
-            consumer = c.task_consumer
-            for tenant in sorted(tenants):
-                queue = tenant_queue(runtime.settings.queue_prefix, tenant)
-                if consumer is not None and not consumer.consuming_from(queue):
-                    # call_soon: the consumer's own loop applies it (timer threads must not).
-                    c.call_soon(c.add_task_queue, queue)
+                db_tenants = set(runtime.store.consumable_tenants())
+                for tenant in db_tenants - wanted:
+                    runtime.directory.touch(tenant)
+                wanted |= db_tenants
+            for tenant in sorted(wanted):
+                self._consume(c, tenant_queue(cfg.queue_prefix, tenant))
+            self._drop_idle(c, runtime, wanted)
+            self._recheck(c, runtime)
         except Exception:  # a blip in Redis or the database must not stop the consumer
             log.exception("tenant queue sync failed; will retry")
+
+    @staticmethod
+    def _consume(c: Any, queue: str) -> None:
+        if not c.task_consumer.consuming_from(queue):
+            # call_soon: the consumer's own loop applies it (timer threads must not).
+            c.call_soon(c.add_task_queue, queue)
+
+    def _consumed_tenants(self, c: Any, prefix: str) -> set[str]:
+        names = (q.name for q in c.task_consumer.queues)
+        return {t for t in (tenant_of_queue(prefix, n) for n in names) if t is not None}
+
+    def _queue_length(self, runtime: Runtime, queue: str) -> int | None:
+        url = runtime.settings.broker_url
+        if not url.startswith(("redis://", "rediss://")):
+            return None  # no way to look; never drop (the embedded broker has few tenants)
+        if self._broker is None:
+            self._broker = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        return int(self._broker.llen(queue))
+
+    def _drop_idle(self, c: Any, runtime: Runtime, wanted: set[str]) -> None:
+        cfg = runtime.settings
+        for tenant in self._consumed_tenants(c, cfg.queue_prefix) - wanted:
+            queue = tenant_queue(cfg.queue_prefix, tenant)
+            if self._queue_length(runtime, queue) != 0:
+                continue
+            runtime.directory.forget(tenant, older_than=time.time() - cfg.tenant_idle_s)
+            c.call_soon(c.cancel_task_queue, queue)
+            self._rechecks[tenant] = time.monotonic() + RECHECKS * cfg.queue_sync_interval_s
+            log.info(
+                "tenant %s idle for %.0f s: stopped consuming %s", tenant, cfg.tenant_idle_s, queue
+            )
+
+    def _recheck(self, c: Any, runtime: Runtime) -> None:
+        """A publisher that still believed the tenant active may have sent a step just as we
+        stopped: look once more, after its touch cache has certainly expired."""
+        now = time.monotonic()
+        for tenant, due in list(self._rechecks.items()):
+            if due > now:
+                continue
+            del self._rechecks[tenant]
+            queue = tenant_queue(runtime.settings.queue_prefix, tenant)
+            if self._queue_length(runtime, queue):
+                runtime.directory.touch(tenant)
+                self._consume(c, queue)

@@ -10,6 +10,7 @@ from celery import Celery
 
 from agent_jobs.core.names import broker_sentinel_key, shared_queue, tenant_queue
 from agent_jobs.queue.directory import TenantDirectory
+from agent_jobs.queue.gate import GatedDispatcher
 from agent_jobs.store import Dispatch
 
 log = logging.getLogger(__name__)
@@ -32,8 +33,25 @@ class CeleryPublisher:
         self.directory = directory
         self.prefix = prefix
         self.shared = shared
+        # Set by the runtime when a tenant cap, fair share or the model cap is configured.
+        self.gated: GatedDispatcher | None = None
 
     def publish(self, dispatch: Dispatch) -> None:
+        if self.gated is not None:
+            self.gated.publish(dispatch)
+        else:
+            self.send(dispatch)
+
+    def finished(self, task_id: str, tenant_id: str, seconds: float) -> None:
+        if self.gated is not None:
+            try:
+                self.gated.finished(task_id, tenant_id, seconds)
+            except Exception:
+                # The slot expires by itself and the sweeper pumps held work: never fail a step.
+                log.exception("releasing the gate slot of %s failed", task_id)
+
+    def send(self, dispatch: Dispatch) -> None:
+        """Publish now, past the gate."""
         if self.shared:
             queue = shared_queue(self.prefix)
         else:

@@ -11,6 +11,8 @@ import threading
 from dataclasses import dataclass
 
 from agent_jobs.config import Settings, settings
+from agent_jobs.core.errors import ConfigError
+from agent_jobs.gateway.slots import ModelSlots, model_slots_for
 from agent_jobs.orchestrator.ports import BrokerProbe, FreshInProcessBroker, NeverLost, Observer
 from agent_jobs.orchestrator.registry import WorkflowRegistry
 from agent_jobs.orchestrator.runner import Orchestrator
@@ -20,6 +22,7 @@ from agent_jobs.queue.directory import (
     RedisTenantDirectory,
     TenantDirectory,
 )
+from agent_jobs.queue.gate import GatedDispatcher, GatePolicy, RedisGate
 from agent_jobs.queue.publisher import CeleryPublisher, RedisBrokerProbe
 from agent_jobs.store import Store
 from agent_jobs.workflows import default_registry
@@ -35,6 +38,8 @@ class Runtime:
     orchestrator: Orchestrator
     sweepers: Sweepers
     pid: int
+    gated: GatedDispatcher | None = None
+    model_slots: ModelSlots | None = None
 
 
 _lock = threading.Lock()
@@ -79,9 +84,45 @@ def build_runtime(
     else:
         probe = NeverLost()
     publisher = CeleryPublisher(app, directory, cfg.queue_prefix, shared=cfg.routing == "shared")
+    gate, slots = gate_and_slots(cfg)
+    gated = None
+    if gate is not None or slots is not None:
+        gated = GatedDispatcher(publisher.send, store, gate, slots, observer)
+        publisher.gated = gated
     orchestrator = Orchestrator(store, registry, publisher, cfg, observer=observer)
-    sweepers = Sweepers(store, publisher, cfg, probe, observer=observer)
-    return Runtime(cfg, store, registry, directory, publisher, orchestrator, sweepers, os.getpid())
+    sweepers = Sweepers(store, publisher, cfg, probe, observer=observer, gated=gated)
+    return Runtime(
+        cfg,
+        store,
+        registry,
+        directory,
+        publisher,
+        orchestrator,
+        sweepers,
+        os.getpid(),
+        gated,
+        slots,
+    )
+
+
+def gate_and_slots(cfg: Settings) -> tuple[RedisGate | None, ModelSlots | None]:
+    """The dispatch gate and the model-call slots this configuration asks for (both in Redis,
+    shared by every worker; the model slots fall back to this process in the embedded mode)."""
+    policy = GatePolicy(
+        default_cap=cfg.tenant_cap,
+        caps=dict(cfg.tenant_caps),
+        fair_share=cfg.fair_share,
+        weights=dict(cfg.tenant_weights),
+        quantum_s=cfg.fair_quantum_s,
+        slot_ttl_s=cfg.slot_ttl_s,
+    )
+    url = cfg.directory_redis_url
+    gate = None
+    if policy.enabled:
+        if url is None:
+            raise ConfigError("tenant caps and fair share need Redis (AGENT_JOBS_REDIS_URL)")
+        gate = RedisGate(url, cfg.queue_prefix, policy)
+    return gate, model_slots_for(cfg)
 
 
 def get_runtime() -> Runtime:

@@ -43,6 +43,11 @@ def sweep_unknown() -> int:
     return _sweep("unknown")
 
 
+@app.task(name="agent_jobs.sweep.held", ignore_result=True)
+def sweep_held() -> int:
+    return _sweep("held")
+
+
 @app.task(name="agent_jobs.sweep.approvals", ignore_result=True)
 def sweep_approvals() -> int:
     return _sweep("approvals")

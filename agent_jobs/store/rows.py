@@ -30,6 +30,8 @@ class TaskRow:
     next_attempt_at: datetime | None
     dispatched_at: datetime | None
     attempts: int
+    held_since: datetime | None
+    held_for: str | None
     cancel_requested_at: datetime | None
     state: dict[str, Any]
     outcome: dict[str, Any] | None
@@ -82,6 +84,8 @@ def task_from_row(row: Row[Any]) -> TaskRow:
         next_attempt_at=m["next_attempt_at"],
         dispatched_at=m["dispatched_at"],
         attempts=m["attempts"],
+        held_since=m["held_since"],
+        held_for=m["held_for"],
         cancel_requested_at=m["cancel_requested_at"],
         state=m["state"],
         outcome=m["outcome"],

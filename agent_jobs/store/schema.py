@@ -73,6 +73,11 @@ tasks = Table(
     # transaction as the status it dispatches): how the sweeper finds a lost dispatch.
     Column("dispatched_at", UTCDateTime()),
     Column("attempts", Integer, nullable=False),
+    # Held at the dispatch gate (a tenant at its concurrency cap or out of its fair share, or
+    # the global model-call cap saturated): runnable, but deliberately without a step message,
+    # so it occupies no worker. Released by the gate's pump, oldest first.
+    Column("held_since", UTCDateTime()),
+    Column("held_for", String(16)),
     Column("cancel_requested_at", UTCDateTime()),
     Column("state", JsonType, nullable=False),
     Column("outcome", JsonType),
@@ -91,7 +96,9 @@ tasks = Table(
     Index(
         "ix_tasks_dispatch",
         "dispatched_at",
-        **_partial(f"status IN {DISPATCHABLE} AND lease_owner IS NULL"),  # type: ignore[arg-type]
+        **_partial(  # type: ignore[arg-type]
+            f"status IN {DISPATCHABLE} AND lease_owner IS NULL AND held_since IS NULL"
+        ),
     ),
     Index(
         "ix_tasks_retry_due",
@@ -107,6 +114,13 @@ tasks = Table(
         "ix_tasks_unknown_due",
         "next_attempt_at",
         **_partial("status = 'EXEC_UNKNOWN' AND lease_owner IS NULL"),  # type: ignore[arg-type]
+    ),
+    Index(
+        "ix_tasks_held",
+        "held_for",
+        "tenant_id",
+        "held_since",
+        **_partial("held_since IS NOT NULL"),  # type: ignore[arg-type]
     ),
     Index(
         "ix_tasks_active_tenant",

@@ -35,7 +35,7 @@ from agent_jobs.core.errors import ApprovalError, IdempotencyConflict, NotFound,
 from agent_jobs.core.hashing import payload_hash
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import PARKED, TERMINAL, Status
-from agent_jobs.store import sweeps
+from agent_jobs.store import holds, sweeps
 from agent_jobs.store.engine import make_engine
 from agent_jobs.store.ids import new_id, new_trace_id
 from agent_jobs.store.rows import (
@@ -66,6 +66,8 @@ _NOT_TERMINAL = text("tasks.status NOT IN (" + ", ".join(f"'{s}'" for s in sorte
 
 _CLAIMABLE = (
     _NOT_TERMINAL
+    # A held task has no message on purpose; a stray duplicate must not run it past the gate.
+    & tasks.c.held_since.is_(None)
     & or_(tasks.c.lease_expires_at.is_(None), tasks.c.lease_expires_at < db_now())
     & or_(tasks.c.next_attempt_at.is_(None), tasks.c.next_attempt_at <= db_now())
 )
@@ -201,6 +203,8 @@ class Store:
                     next_attempt_at=None,
                     dispatched_at=db_now(),
                     attempts=0,
+                    held_since=None,
+                    held_for=None,
                     cancel_requested_at=None,
                     state=state or {},
                     outcome=None,
@@ -613,6 +617,27 @@ class Store:
         with self.tx() as conn:
             return sweeps.expired_approvals(conn, self.dialect, limit)
 
+    # -- the dispatch gate's holds (see holds.py and queue/gate.py) ---------------------------
+
+    def hold(self, task_id: str, reason: str, lease: Lease | None = None) -> bool:
+        """Keep a runnable task without a step message until the gate lets it go."""
+        with self.tx() as conn:
+            return holds.hold(conn, task_id, reason, lease, _TERMINAL)
+
+    def take_held(
+        self, reason: str, *, tenant_id: str | None = None, limit: int = 1
+    ) -> list[Dispatch]:
+        with self.tx() as conn:
+            return holds.take_held(conn, self.dialect, reason, tenant_id, limit)
+
+    def held_tenants(self, reason: str) -> list[str]:
+        with self.engine.connect() as conn:
+            return holds.held_tenants(conn, reason)
+
+    def held_ages(self, reason: str | None = None) -> dict[str, tuple[int, float]]:
+        with self.engine.connect() as conn:
+            return holds.held_ages(conn, reason)
+
     def count_in_status(self, task_ids: list[str], status: Status) -> int:
         q = (
             select(func.count())
@@ -622,7 +647,8 @@ class Store:
         with self.engine.connect() as conn:
             return int(conn.execute(q).scalar_one())
 
-    def active_tenants(self) -> list[str]:
-        """Tenants with non-terminal work: consumed by every worker when it starts."""
+    def consumable_tenants(self) -> list[str]:
+        """Tenants whose queues a worker must consume: runnable work not held at the gate, or
+        parked work whose timer is due. (Parked tasks waiting on a person need no consumer.)"""
         with self.engine.connect() as conn:
-            return list(conn.execute(sweeps.active_tenants_query()).scalars())
+            return list(conn.execute(sweeps.consumable_tenants_query()).scalars())

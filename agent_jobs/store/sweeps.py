@@ -19,7 +19,7 @@ from agent_jobs.store.types import db_now
 from agent_jobs.store.writes import append_event, apply_patch
 
 _DISPATCHABLE = [Status.RECEIVED.value, Status.RUNNING.value, Status.VERIFYING.value]
-_ACTIVE = [s.value for s in RUNNABLE | PARKED]
+_ACTIVE = sorted(s.value for s in RUNNABLE | PARKED)  # the order of the index predicate
 
 
 def _in_literal(column: Column[Any], values: list[str]) -> ColumnElement[bool]:
@@ -84,6 +84,8 @@ def lost_dispatch(conn: Connection, dialect: str, limit: int, cutoff: datetime) 
     cond = (
         _in_literal(tasks.c.status, _DISPATCHABLE)
         & tasks.c.lease_owner.is_(None)
+        # Held tasks have no message on purpose (queue/gate.py): not lost.
+        & tasks.c.held_since.is_(None)
         & or_(tasks.c.dispatched_at.is_(None), tasks.c.dispatched_at < cutoff)
     )
     ids = _locked(
@@ -167,5 +169,12 @@ def expired_approvals(conn: Connection, dialect: str, limit: int) -> list[Dispat
     return out
 
 
-def active_tenants_query() -> Select[Any]:
-    return select(tasks.c.tenant_id).where(tasks.c.status.in_(_ACTIVE)).distinct()
+def consumable_tenants_query() -> Select[Any]:
+    runnable = tasks.c.status.in_([s.value for s in RUNNABLE]) & tasks.c.held_since.is_(None)
+    due = tasks.c.status.in_([s.value for s in PARKED]) & (tasks.c.next_attempt_at <= db_now())
+    return (
+        # The literal status list repeats ix_tasks_active_tenant's predicate (SQLite needs it).
+        select(tasks.c.tenant_id)
+        .where(_in_literal(tasks.c.status, _ACTIVE) & (runnable | due))
+        .distinct()
+    )

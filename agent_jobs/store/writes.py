@@ -97,14 +97,17 @@ WITH u AS (
     dispatched_at = CASE WHEN :dispatch THEN now() ELSE dispatched_at END
   WHERE id = :id AND version = :version AND lease_epoch = :epoch
     AND lease_owner IS NOT DISTINCT FROM CAST(:owner AS varchar)
-  RETURNING tasks.*
+  RETURNING {columns}
 ), e AS (
   INSERT INTO task_events (task_id, seq, type, from_status, to_status, data, trace_id, at)
   SELECT id, event_seq, :event, :from_status, :to_status, CAST(:data AS jsonb), trace_id, now()
   FROM u
 )
-SELECT * FROM u
-"""
+SELECT {columns} FROM u
+""".format(
+        # Named, never `*`: a column added by a migration lands at the end of the table.
+        columns=", ".join(c.name for c in tasks.c)
+    )
 ).columns(*tasks.c)
 
 

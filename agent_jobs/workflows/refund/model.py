@@ -25,6 +25,7 @@ from agent_jobs.gateway import (
     CallRecord,
     GatewayError,
     InvalidModelOutput,
+    ModelCapSaturated,
     ModelRequest,
     ModelUnavailable,
     ToolSpec,
@@ -156,6 +157,9 @@ def ask(
     )
     try:
         result = services.gateway.propose(route, request)
+    except ModelCapSaturated:
+        # Not a failure: the orchestrator holds the task (no worker) until a slot frees.
+        raise
     except GatewayError as exc:
         _record(
             inp,

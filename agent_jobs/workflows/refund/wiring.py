@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent_jobs.config import settings
 from agent_jobs.core.errors import ConfigError
 from agent_jobs.gateway import (
     DEFAULT_ROUTE,
@@ -35,6 +36,7 @@ from agent_jobs.gateway import (
     ScriptedProvider,
     load_routes,
 )
+from agent_jobs.gateway.slots import model_slots_for
 from agent_jobs.orchestrator.ports import NullObserver, Observer
 from agent_jobs.tools import (
     CredentialProvider,
@@ -118,7 +120,7 @@ def services_from_env(
     """Build the services from `AGENT_JOBS_*` variables (see the module doc)."""
     env = os.environ if environ is None else environ
     routes, providers = routes_and_providers(env.get(MODEL_ROUTES) or None, rules)
-    gateway = ModelGateway(routes, providers)
+    gateway = ModelGateway(routes, providers, model_slots=model_slots_for(settings()))
     gateway.route(ROUTE_KEY)  # a routes file without the pinned route fails here, not per task
     base = env.get(SYSTEMS_URL) or DEV_BASE_URL
     # `environ=None` keeps reading the process environment at call time for the per-system URLs.

@@ -1,0 +1,291 @@
+"""The dispatch gate: per-tenant concurrency caps and cost-weighted fair share, in Redis.
+
+Every step message a publisher sends first asks the gate for a slot of its tenant. A slot is a
+member (the task id) of the tenant's in-flight sorted set, scored by its expiry, so the slot of a
+holder that died comes back by itself. Without a slot the task is *held* in the database (no
+message, no worker occupied, nothing spinning) and released by the pump, oldest first, when a
+step of a blocking tenant ends or the sweeper runs.
+
+Fair share is start-time fair queueing, a form of deficit round robin by cost: each tenant's
+virtual time is the step time it consumed divided by its weight; a tenant may dispatch while its
+virtual time is within one quantum of the lowest among tenants with work (backlogged). A tenant
+that was idle re-enters at the lowest virtual time, so idleness earns no credit. Step time is
+the measure of cost because it is what a worker gives: model calls and tool calls included.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from agent_jobs.core.names import (
+    gate_held_key,
+    gate_vt_key,
+    gate_vt_table_key,
+    tenant_inflight_key,
+)
+from agent_jobs.gateway.slots import ModelSlots
+from agent_jobs.orchestrator.ports import Observer
+from agent_jobs.store import Dispatch, Store
+
+log = logging.getLogger(__name__)
+
+TENANT_CAP = "tenant_cap"
+FAIR_SHARE = "fair_share"
+MODEL_CAP = "model_cap"
+
+# KEYS: inflight(T), backlogged vt zset, vt hash, held hash
+# ARGV: tenant, task id, slot ttl ms, cap, fair (0/1), quantum, weight
+_ADMIT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local expiry = now + tonumber(ARGV[3])
+if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+  redis.call('ZADD', KEYS[1], expiry, ARGV[2])
+  return 1
+end
+local cap = tonumber(ARGV[4])
+if cap > 0 and redis.call('ZCARD', KEYS[1]) >= cap then
+  return 0
+end
+if ARGV[5] == '1' then
+  local vt = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
+  if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+    local low = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    if low[2] and vt < tonumber(low[2]) then
+      vt = tonumber(low[2])
+      redis.call('HSET', KEYS[3], ARGV[1], vt)
+    end
+    redis.call('ZADD', KEYS[2], vt, ARGV[1])
+  end
+  local low = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if vt > tonumber(low[2]) + tonumber(ARGV[6]) then
+    return 0
+  end
+end
+redis.call('ZADD', KEYS[1], expiry, ARGV[2])
+return 1
+"""
+
+# KEYS: inflight(T), backlogged vt zset, vt hash, held hash
+# ARGV: tenant, task id, cost (seconds), weight, fair (0/1)
+# Returns the tenants with held work, lowest virtual time first (the pump's order).
+_RELEASE = """
+local removed = redis.call('ZREM', KEYS[1], ARGV[2])
+if ARGV[5] == '1' and removed == 1 then
+  local charge = tonumber(ARGV[3]) / tonumber(ARGV[4])
+  local vt = tonumber(redis.call('HINCRBYFLOAT', KEYS[3], ARGV[1], charge))
+  local held = tonumber(redis.call('HGET', KEYS[4], ARGV[1]) or '0')
+  if redis.call('ZCARD', KEYS[1]) == 0 and held <= 0 then
+    redis.call('ZREM', KEYS[2], ARGV[1])
+  else
+    redis.call('ZADD', KEYS[2], vt, ARGV[1])
+  end
+end
+local held = redis.call('HGETALL', KEYS[4])
+if #held == 0 then
+  return {}
+end
+local waiting = {}
+for i = 1, #held, 2 do
+  if tonumber(held[i + 1]) > 0 then
+    local score = redis.call('ZSCORE', KEYS[2], held[i]) or '0'
+    table.insert(waiting, {tonumber(score), held[i]})
+  end
+end
+table.sort(waiting, function(a, b) return a[1] < b[1] end)
+local out = {}
+for i = 1, #waiting do
+  out[i] = waiting[i][2]
+end
+return out
+"""
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """Caps and weights, from the settings. A cap of 0 means no cap."""
+
+    default_cap: int = 0
+    caps: Mapping[str, int] = field(default_factory=dict)
+    fair_share: bool = False
+    weights: Mapping[str, float] = field(default_factory=dict)
+    quantum_s: float = 0.25
+    slot_ttl_s: float = 300.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.fair_share or self.default_cap > 0 or any(c > 0 for c in self.caps.values())
+
+    def cap(self, tenant_id: str) -> int:
+        return self.caps.get(tenant_id, self.default_cap)
+
+    def weight(self, tenant_id: str) -> float:
+        return max(1e-6, self.weights.get(tenant_id, 1.0))
+
+
+class RedisGate:
+    def __init__(self, url: str, prefix: str, policy: GatePolicy) -> None:
+        self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self.prefix = prefix
+        self.policy = policy
+        self._admit = self._redis.register_script(_ADMIT)
+        self._release = self._redis.register_script(_RELEASE)
+
+    def _keys(self, tenant_id: str) -> list[str]:
+        p = self.prefix
+        return [
+            tenant_inflight_key(p, tenant_id),
+            gate_vt_key(p),
+            gate_vt_table_key(p),
+            gate_held_key(p),
+        ]
+
+    def admit(self, tenant_id: str, task_id: str) -> bool:
+        """A slot for this task's next step, or False: hold it."""
+        pol = self.policy
+        fair = 1 if pol.fair_share else 0
+        ttl_ms = int(pol.slot_ttl_s * 1000)
+        cap, weight = pol.cap(tenant_id), pol.weight(tenant_id)
+        args: list[str | int | float] = [
+            tenant_id, task_id, ttl_ms, cap, fair, pol.quantum_s, weight
+        ]  # fmt: skip
+        return bool(self._admit(keys=self._keys(tenant_id), args=args))
+
+    def release(self, tenant_id: str, task_id: str, cost_s: float) -> list[str]:
+        """Give the slot back, charging the step's cost; returns tenants with held work."""
+        pol = self.policy
+        args: list[str | int | float] = [
+            tenant_id,
+            task_id,
+            max(0.0, cost_s),
+            pol.weight(tenant_id),
+            1 if pol.fair_share else 0,
+        ]
+        out: list[bytes] = self._release(keys=self._keys(tenant_id), args=args)
+        return [t.decode() for t in out]
+
+    def held(self, tenant_id: str, delta: int) -> None:
+        self._redis.hincrby(gate_held_key(self.prefix), tenant_id, delta)
+
+    def set_held(self, counts: Mapping[str, int]) -> None:
+        """Make the held counts match the database (the sweeper's reconciliation)."""
+        key = gate_held_key(self.prefix)
+        pipe = self._redis.pipeline()
+        pipe.delete(key)
+        for tenant, n in counts.items():
+            if n > 0:
+                pipe.hset(key, tenant, n)
+        pipe.execute()
+
+    def set_held_one(self, tenant_id: str, n: int) -> None:
+        self._redis.hset(gate_held_key(self.prefix), tenant_id, n)
+
+    def drop(self, tenant_id: str, member: str) -> None:
+        """Give back a slot without charging it (an unused pump reservation)."""
+        self._redis.zrem(tenant_inflight_key(self.prefix, tenant_id), member)
+
+    def swap(self, tenant_id: str, placeholder: str, task_id: str) -> None:
+        """Turn a pump's reservation into the released task's slot."""
+        key = tenant_inflight_key(self.prefix, tenant_id)
+        score = self._redis.zscore(key, placeholder)
+        pipe = self._redis.pipeline()
+        pipe.zrem(key, placeholder)
+        pipe.zadd(key, {task_id: score if score is not None else 0})
+        pipe.execute()
+
+    def inflight(self, tenant_id: str) -> int:
+        return int(self._redis.zcard(tenant_inflight_key(self.prefix, tenant_id)))
+
+    def virtual_times(self) -> dict[str, float]:
+        rows: Any = self._redis.hgetall(gate_vt_table_key(self.prefix))
+        return {k.decode(): float(v) for k, v in rows.items()}
+
+
+GATE_HOLD = "gate"  # held_for: a tenant at its cap, or ahead of its fair share
+
+
+class GatedDispatcher:
+    """Sends step messages through the gate: admitted ones go out, the rest are held in the
+    database; `finished` (the end of every step) releases the slot and pumps held work.
+
+    The pump reserves a slot *before* taking a held task out of the database, so a tenant that
+    is still at its cap costs one Redis call per pump, not two database writes.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[Dispatch], None],
+        store: Store,
+        gate: RedisGate | None,
+        model_slots: ModelSlots | None,
+        observer: Observer,
+    ) -> None:
+        self.send = send
+        self.store = store
+        self.gate = gate
+        self.model_slots = model_slots
+        self.observer = observer
+
+    def publish(self, dispatch: Dispatch) -> None:
+        if self.gate is None or self.gate.admit(dispatch.tenant_id, dispatch.task_id):
+            self.send(dispatch)
+            return
+        if self.store.hold(dispatch.task_id, GATE_HOLD):
+            self.gate.held(dispatch.tenant_id, 1)
+            self.observer.held(GATE_HOLD)
+
+    def finished(self, task_id: str, tenant_id: str, seconds: float) -> None:
+        if self.gate is not None:
+            for waiting in self.gate.release(tenant_id, task_id, seconds):
+                self.pump_tenant(waiting)
+        if self.model_slots is not None:
+            self.pump_model()
+
+    def pump_tenant(self, tenant_id: str, limit: int = 100) -> int:
+        assert self.gate is not None
+        sent = 0
+        while sent < limit:
+            placeholder = f"pump:{uuid.uuid4().hex}"
+            if not self.gate.admit(tenant_id, placeholder):
+                break
+            taken = self.store.take_held(GATE_HOLD, tenant_id=tenant_id, limit=1)
+            if not taken:
+                self.gate.drop(tenant_id, placeholder)
+                self.gate.set_held_one(tenant_id, 0)
+                break
+            self.gate.swap(tenant_id, placeholder, taken[0].task_id)
+            self.gate.held(tenant_id, -1)
+            self.send(taken[0])
+            sent += 1
+        return sent
+
+    def pump_model(self) -> int:
+        """Steps deferred by a saturated model cap go back out (through the tenant gate)."""
+        assert self.model_slots is not None
+        free = self.model_slots.limit - self.model_slots.in_use()
+        if free <= 0:
+            return 0
+        released = self.store.take_held(MODEL_CAP, limit=free)
+        for dispatch in released:
+            self.publish(dispatch)
+        return len(released)
+
+    def sweep(self) -> int:
+        """The sweeper's pass: make the held counts match the database, then pump everything
+        (slots of dead holders have expired by now, and fair-share positions moved on)."""
+        moved = 0
+        if self.gate is not None:
+            counts = {t: n for t, (n, _) in self.store.held_ages(GATE_HOLD).items()}
+            self.gate.set_held(counts)
+            for tenant in counts:
+                moved += self.pump_tenant(tenant)
+        if self.model_slots is not None:
+            moved += self.pump_model()
+        return moved

@@ -1,0 +1,74 @@
+"""Tasks held at the dispatch gate: runnable, deliberately without a step message.
+
+A tenant at its concurrency cap or out of its fair share, or a step deferred because the global
+model-call cap was saturated, is held here instead of waiting in a queue, where it would occupy a
+worker's prefetch or spin through requeues. The gate's pump releases them, oldest first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Select, func, select, update
+
+from agent_jobs.store.rows import Dispatch, Lease
+from agent_jobs.store.schema import tasks
+from agent_jobs.store.types import db_now
+
+_HELD = tasks.c.held_since.is_not(None)
+
+
+def hold(
+    conn: Connection, task_id: str, reason: str, lease: Lease | None, terminal: list[str]
+) -> bool:
+    cond = (tasks.c.id == task_id) & tasks.c.status.not_in(terminal)
+    values: dict[str, Any] = {"held_since": db_now(), "held_for": reason}
+    if lease is not None:
+        # A step deferred mid-way gives its lease back in the same statement.
+        cond = cond & (tasks.c.lease_epoch == lease.epoch) & (tasks.c.lease_owner == lease.owner)
+        values.update(lease_owner=None, lease_expires_at=None)
+    else:
+        cond = cond & tasks.c.lease_owner.is_(None)
+    return conn.execute(update(tasks).where(cond).values(**values)).rowcount == 1
+
+
+def take_held(
+    conn: Connection, dialect: str, reason: str, tenant_id: str | None, limit: int
+) -> list[Dispatch]:
+    """Release up to `limit` held tasks, oldest first, recording their dispatch (the caller
+    publishes them). SKIP LOCKED: two pumps at once never release the same task."""
+    cond = _HELD & (tasks.c.held_for == reason)
+    if tenant_id is not None:
+        cond = cond & (tasks.c.tenant_id == tenant_id)
+    ids: Select[Any] = select(tasks.c.id).where(cond).order_by(tasks.c.held_since).limit(limit)
+    if dialect == "postgresql":
+        ids = ids.with_for_update(skip_locked=True)
+    # Two statements, not `UPDATE ... WHERE id IN (SELECT ... LIMIT n)`: Postgres may run that
+    # sub-select more than once and release more than `limit` tasks, which the pump would then
+    # never send. The rows picked here stay locked until this transaction ends.
+    picked = list(conn.execute(ids).scalars())
+    if not picked:
+        return []
+    stmt = (
+        update(tasks)
+        .where(tasks.c.id.in_(picked) & cond)
+        .values(held_since=None, held_for=None, dispatched_at=db_now())
+        .returning(tasks.c.id, tasks.c.tenant_id)
+    )
+    return [Dispatch(r[0], r[1]) for r in conn.execute(stmt)]
+
+
+def held_tenants(conn: Connection, reason: str) -> list[str]:
+    q = select(tasks.c.tenant_id).where(_HELD & (tasks.c.held_for == reason)).distinct()
+    return list(conn.execute(q).scalars())
+
+
+def held_ages(conn: Connection, reason: str | None = None) -> dict[str, tuple[int, float]]:
+    """tenant -> (tasks held, seconds the oldest has waited): part of a tenant's queue age."""
+    cond = _HELD if reason is None else _HELD & (tasks.c.held_for == reason)
+    q = (
+        select(tasks.c.tenant_id, func.count(), func.min(tasks.c.held_since), db_now())
+        .where(cond)
+        .group_by(tasks.c.tenant_id)
+    )
+    return {t: (int(n), (now - oldest).total_seconds()) for t, n, oldest, now in conn.execute(q)}

@@ -1,0 +1,211 @@
+"""Issue 5 on real Redis and the store (SQLite and Postgres): tenant caps hold, a dead holder's
+slot comes back, parked tasks free their slot, the model cap defers without failing, and fair
+share charges by cost."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from agent_jobs.core.contracts import Action, TaskRequest
+from agent_jobs.core.names import tenant_inflight_key
+from agent_jobs.core.states import Status
+from agent_jobs.gateway import ModelCapSaturated, RedisModelSlots
+from agent_jobs.orchestrator import workflow as wf
+from agent_jobs.orchestrator.registry import WorkflowRegistry
+from agent_jobs.queue.gate import GATE_HOLD, MODEL_CAP, GatePolicy, RedisGate
+from agent_jobs.testing import Harness
+from agent_jobs.workflows import default_registry
+from agent_jobs.workflows.example import ExampleWorkflow
+from agent_jobs.workflows.example_backend import ExampleBackend
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def prefix(redis_url: str) -> Iterator[str]:
+    p = f"gt{uuid.uuid4().hex[:8]}"
+    yield p
+    client = redis.Redis.from_url(redis_url)
+    for key in client.scan_iter(f"{p}:*"):
+        client.delete(key)
+
+
+def _gate(redis_url: str, prefix: str, **policy: Any) -> RedisGate:
+    return RedisGate(redis_url, prefix, GatePolicy(**policy))
+
+
+def _noop(h: Harness, tenant: str, n: int, steps: int = 2) -> list[str]:
+    return [
+        h.submit(tenant, f"k{i}", TaskRequest(workflow="noop@1", input={"steps": steps})).id
+        for i in range(n)
+    ]
+
+
+def test_a_tenant_at_its_cap_has_no_more_messages_out_and_the_rest_wait_held(
+    store: Any, redis_url: str, prefix: str, tenant: str
+) -> None:
+    gate = _gate(redis_url, prefix, default_cap=2)
+    h = Harness(store, default_registry(), gate=gate)
+    ids = _noop(h, tenant, 8)
+    # Two messages out, six held in the database: no worker would be occupied by them.
+    assert len(h.publisher.queue) == 2
+    assert sum(1 for t in ids if store.get(t).held_since is not None) == 6
+    peak = 0
+    while h.publisher.queue:
+        peak = max(peak, gate.inflight(tenant))
+        assert len({d.task_id for d in h.publisher.queue}) <= 2
+        h.run_one()
+    assert peak <= 2
+    assert {store.get(t).status for t in ids} == {Status.COMPLETED}
+    assert gate.inflight(tenant) == 0
+
+
+def test_other_tenants_are_not_held_by_a_capped_one(
+    store: Any, redis_url: str, prefix: str, tenant: str
+) -> None:
+    gate = _gate(redis_url, prefix, default_cap=1)
+    h = Harness(store, default_registry(), gate=gate)
+    _noop(h, tenant, 5)
+    other = _noop(h, tenant + "x", 1)
+    assert other[0] in {d.task_id for d in h.publisher.queue}
+
+
+def test_a_dead_holders_gate_slot_comes_back(redis_url: str, prefix: str) -> None:
+    gate = _gate(redis_url, prefix, default_cap=1, slot_ttl_s=300)
+    assert gate.admit("acme", "task-of-a-dead-worker")
+    assert not gate.admit("acme", "task-b")
+    # The holder died: nobody releases. Its slot's expiry passes (moved in Redis, not slept).
+    redis.Redis.from_url(redis_url).zadd(
+        tenant_inflight_key(prefix, "acme"), {"task-of-a-dead-worker": 1}
+    )
+    assert gate.admit("acme", "task-b")
+
+
+def test_a_dead_holders_model_slot_comes_back(redis_url: str, prefix: str) -> None:
+    slots = RedisModelSlots(redis_url, prefix, limit=2, ttl_s=300)
+    assert slots.acquire("w1:call") and slots.acquire("w2:call")
+    assert not slots.acquire("w3:call") and slots.in_use() == 2
+    client = redis.Redis.from_url(redis_url)
+    client.zadd(f"{prefix}:model:slots", {"w1:call": 1})  # w1 died mid-call
+    assert slots.acquire("w3:call")
+
+
+def test_parked_tasks_free_their_slot(
+    store: Any, redis_url: str, prefix: str, tenant: str, tmp_path: Any
+) -> None:
+    registry = WorkflowRegistry()
+    registry.register(ExampleWorkflow(ExampleBackend(tmp_path / "ledger.db")))
+    h = Harness(store, registry, gate=_gate(redis_url, prefix, default_cap=1))
+    big = TaskRequest(
+        workflow="example@1", input={"account": "a", "amount_minor": 500000, "reads": 0}
+    )
+    small = TaskRequest(
+        workflow="example@1", input={"account": "b", "amount_minor": 100, "reads": 0}
+    )
+    parked = h.submit(tenant, "big", big).id
+    other = h.submit(tenant, "small", small).id  # held: the tenant's one slot is taken
+    assert store.get(other).held_since is not None
+    h.run_until_idle()
+    assert store.get(parked).status is Status.APPROVAL_WAIT  # waiting for a person, slot freed
+    assert store.get(other).status is Status.COMPLETED
+
+
+class _NeedsTheModel:
+    """A workflow whose decision needs a model-call slot."""
+
+    name = "needs_model"
+    version = 1
+
+    def __init__(self, slots: RedisModelSlots) -> None:
+        self.slots = slots
+
+    def pinned(self) -> dict[str, Any]:
+        return {}
+
+    def start(self, inp: wf.StepInput) -> dict[str, Any]:
+        return {}
+
+    def decide(self, inp: wf.StepInput) -> wf.Decision:
+        holder = f"{inp.task_id}:{uuid.uuid4().hex}"
+        if not self.slots.acquire(holder):
+            raise ModelCapSaturated("all model slots are in use")
+        self.slots.release(holder)
+        return wf.ToVerify(dict(inp.state))
+
+    def authorize(self, inp: wf.StepInput, action: Action) -> wf.Authorization:
+        return wf.Authorization("deny", "X@1")
+
+    def execute(self, inp: wf.StepInput, action: Action) -> wf.EffectOutcome:
+        return wf.Rejected("none")
+
+    def reconcile(self, inp: wf.StepInput, action: Action) -> wf.ReconcileResult:
+        return wf.NotFound()
+
+    def after_effect(
+        self, inp: wf.StepInput, action: Action, result: dict[str, Any]
+    ) -> wf.AfterEffect:
+        return wf.AfterEffect(dict(inp.state))
+
+    def verify(self, inp: wf.StepInput) -> wf.Verdict:
+        return wf.Complete({})
+
+
+def test_a_saturated_model_cap_defers_without_a_worker_or_a_failure(
+    store: Any, redis_url: str, prefix: str, tenant: str
+) -> None:
+    slots = RedisModelSlots(redis_url, prefix, limit=1, ttl_s=300)
+    registry = WorkflowRegistry()
+    registry.register(_NeedsTheModel(slots))
+    h = Harness(store, registry, model_slots=slots)
+    assert slots.acquire("someone-else")  # the cap is saturated
+    task = h.submit(tenant, "k", TaskRequest(workflow="needs_model@1")).id
+    h.run_until_idle()
+    held = store.get(task)
+    assert held.status is Status.RUNNING and held.held_for == MODEL_CAP
+    assert held.lease_owner is None and held.attempts == 0  # no worker held, not a failure
+    assert store.held_ages(MODEL_CAP)[tenant][0] == 1  # the wait is visible
+    slots.release("someone-else")
+    assert h.sweepers.held() == 1
+    h.run_until_idle()
+    assert store.get(task).status is Status.COMPLETED
+
+
+def test_fair_share_holds_back_the_tenant_that_spent_more(redis_url: str, prefix: str) -> None:
+    gate = _gate(redis_url, prefix, fair_share=True, quantum_s=0.1)
+    assert gate.admit("costly", "c1") and gate.admit("cheap", "p1")
+    gate.release("costly", "c1", 1.0)  # ten times the cost of...
+    gate.release("cheap", "p1", 0.1)
+    assert gate.admit("cheap", "p2")  # ...the cheap tenant, which may go on
+    assert not gate.admit("costly", "c2")  # while the costly one waits its turn
+    for i in range(9):
+        gate.release("cheap", f"p{i + 2}", 0.1)
+        gate.admit("cheap", f"p{i + 3}")
+    assert gate.admit("costly", "c2")  # equal cost consumed: its turn again
+
+
+def test_weights_scale_the_share(redis_url: str, prefix: str) -> None:
+    gate = _gate(redis_url, prefix, fair_share=True, quantum_s=0.1, weights={"gold": 4.0})
+    assert gate.admit("gold", "g1") and gate.admit("basic", "b1")
+    gate.release("gold", "g1", 0.4)  # 0.4 s at weight 4 counts as 0.1
+    gate.release("basic", "b1", 0.1)
+    assert gate.admit("gold", "g2")
+    assert gate.virtual_times()["gold"] == pytest.approx(0.1)
+
+
+def test_held_tasks_are_pumped_by_the_sweeper_after_a_lost_release(
+    store: Any, redis_url: str, prefix: str, tenant: str
+) -> None:
+    gate = _gate(redis_url, prefix, default_cap=1)
+    h = Harness(store, default_registry(), gate=gate)
+    first, second = _noop(h, tenant, 2)
+    assert store.get(second).held_for == GATE_HOLD
+    # The worker running `first` dies before releasing: its slot outlives it until it expires.
+    h.publisher.queue.clear()
+    redis.Redis.from_url(redis_url).zadd(tenant_inflight_key(prefix, tenant), {first: 1})
+    assert h.sweepers.held() == 1
+    assert [d.task_id for d in h.publisher.queue] == [second]
