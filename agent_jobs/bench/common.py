@@ -52,3 +52,84 @@ def bench_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k.startswith("AGENT_JOBS_")}
     env.update(extra or {})
     return env
+
+
+class Phase:
+    """One measured configuration: a clean database, a queue prefix of its own (so no queue,
+    directory entry or gate state of another phase leaks in), worker processes started with the
+    given settings, and a runtime in this process built with the same settings."""
+
+    def __init__(self, name: str, workers: int, show: bool, **env: str) -> None:
+        import tempfile  # noqa: PLC0415
+        import uuid  # noqa: PLC0415
+        from pathlib import Path  # noqa: PLC0415
+
+        self.name = name
+        self.show = show
+        self.workers = workers
+        self.env = {"AGENT_JOBS_QUEUE_PREFIX": f"bench{uuid.uuid4().hex[:6]}", **env}
+        self.logdir = Path(tempfile.mkdtemp(prefix=f"agent-jobs-{name}-"))
+        self.procs: list[Any] = []
+        self.rt: Any = None
+
+    def __enter__(self) -> Phase:
+        from agent_jobs.bench.procs import start_workers  # noqa: PLC0415
+        from agent_jobs.config import load_settings  # noqa: PLC0415
+        from agent_jobs.queue.runtime import build_runtime  # noqa: PLC0415
+        from agent_jobs.store.admin import prepare  # noqa: PLC0415
+
+        saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+        try:
+            cfg = load_settings()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        prepare(cfg.database_url).dispose()
+        self.rt = build_runtime(cfg)
+        progress(self.show, f"[{self.name}] {self.workers} worker processes, logs in {self.logdir}")
+        self.procs = start_workers(bench_env(self.env), self.workers, self.logdir)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from agent_jobs.bench.procs import stop_all  # noqa: PLC0415
+
+        stop_all(self.procs)
+        if self.rt is not None:
+            self.rt.store.dispose()
+
+    def submit(self, tenant: str, data: dict[str, Any], key: str | None = None) -> str:
+        from agent_jobs.core.contracts import TaskRequest  # noqa: PLC0415
+
+        request = TaskRequest(workflow="noop@1", input=data)
+        key = key or f"b{time.time_ns()}"
+        return str(self.rt.orchestrator.submit(tenant, key, request, requester="bench").task.id)
+
+    def finish(self, ids: list[str], timeout_s: float = 1800) -> None:
+        from agent_jobs.core.states import Status  # noqa: PLC0415
+
+        store = self.rt.store
+        wait(
+            lambda: store.count_in_status(ids, Status.COMPLETED) == len(ids),
+            timeout_s,
+            0.1,
+            "for tasks",
+        )
+
+
+def jain(values: list[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n when one takes everything."""
+    total = sum(values)
+    squares = sum(v * v for v in values)
+    return (total * total) / (len(values) * squares) if squares else 1.0
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]

@@ -9,7 +9,22 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+
+def control_for(prefix: str) -> Any:
+    """Celery's remote control on the control exchange of `prefix` (celery_config names the
+    exchange by the queue prefix, so deployments sharing a Redis never steer each other)."""
+    from celery.app.control import Control  # noqa: PLC0415
+
+    from agent_jobs.queue.app import app  # noqa: PLC0415
+
+    saved = app.conf.control_exchange
+    app.conf.control_exchange = prefix
+    try:
+        return Control(app)
+    finally:
+        app.conf.control_exchange = saved
 
 
 class WorkerProcess:
@@ -28,6 +43,9 @@ class WorkerProcess:
     ) -> None:
         self.name = name
         self.log = log
+        self.prefix = env.get("AGENT_JOBS_QUEUE_PREFIX") or os.environ.get(
+            "AGENT_JOBS_QUEUE_PREFIX", "aj"
+        )
         self._out: IO[str] = open(log, "w")  # noqa: SIM115 - closed in stop()
         cmd = [
             sys.executable, "-m", "celery", "-A", "agent_jobs", "worker",
@@ -51,13 +69,12 @@ class WorkerProcess:
 
     def wait_ready(self, timeout_s: float = 60) -> None:
         """Until the worker answers a control ping (works at any log level)."""
-        from agent_jobs.queue.app import app  # noqa: PLC0415 - Celery only when used
-
+        control = control_for(self.prefix)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"worker {self.name} exited:\n{self.log.read_text()[-3000:]}")
-            if app.control.ping(destination=[self.nodename], timeout=0.5):
+            if control.ping(destination=[self.nodename], timeout=0.5):
                 return
         raise RuntimeError(f"worker {self.name} not ready after {timeout_s} s")
 
@@ -92,8 +109,12 @@ def start_workers(
         )
         for i in range(count)
     ]
-    for w in workers:
-        w.wait_ready()
+    try:
+        for w in workers:
+            w.wait_ready()
+    except BaseException:
+        stop_all(workers)  # never leave half a pool running in its own session
+        raise
     return workers
 
 

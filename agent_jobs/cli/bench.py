@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
 from typing import Any
 
 
 def _print(result: dict[str, Any], as_json: bool, render: Any) -> int:
+    """Print one result: the rendered figures, or one JSON object."""
     if as_json:
         print(json.dumps(result, sort_keys=True))
     else:
@@ -30,6 +33,19 @@ def cmd_transitions(args: argparse.Namespace) -> int:
 
 def cmd_fairness(args: argparse.Namespace) -> int:
     from agent_jobs.bench import fairness  # noqa: PLC0415
+
+    if args.active is not None:
+        from agent_jobs.bench import scale  # noqa: PLC0415
+
+        result = scale.run(
+            tenants=args.tenants,
+            active=args.active,
+            workers=args.workers,
+            rounds=min(args.rounds, 3),
+            compare_all=args.compare_all,
+            progress=not args.json,
+        )
+        return _print(result, args.json, scale.render)
 
     result = fairness.run(
         tenants=args.tenants,
@@ -67,6 +83,45 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     return 0 if result["lost"] == 0 and result["duplicate_effects"] == 0 else 1
 
 
+def cmd_noisy(args: argparse.Namespace) -> int:
+    from agent_jobs.bench import noisy  # noqa: PLC0415
+
+    result = noisy.run(
+        steps=args.steps,
+        burst=args.burst,
+        workers=args.workers,
+        rounds=args.rounds,
+        progress=not args.json,
+    )
+    return _print(result, args.json, noisy.render)
+
+
+def cmd_cost_fairness(args: argparse.Namespace) -> int:
+    from agent_jobs.bench import cost_fairness  # noqa: PLC0415
+
+    result = cost_fairness.run(
+        tenants=args.tenants,
+        cheap_ms=args.cheap_ms,
+        ratio=args.ratio,
+        window_s=args.window,
+        workers=args.workers,
+        compare=not args.no_compare,
+        progress=not args.json,
+    )
+    return _print(result, args.json, cost_fairness.render)
+
+
+def _guarded(command: Any) -> Any:
+    """A benchmark starts worker processes in sessions of their own: on SIGTERM, unwind through
+    the `finally` blocks that stop them instead of leaving them running."""
+
+    def run(args: argparse.Namespace) -> int:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        return int(command(args))
+
+    return run
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "bench", help="benchmarks on Postgres + Redis (print figures; --json for one object)"
@@ -82,7 +137,7 @@ def register(sub: Any) -> None:
     t.add_argument("--workers", type=int, default=2, help="worker processes")
     t.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported")
     t.add_argument("--json", action="store_true")
-    t.set_defaults(func=cmd_transitions)
+    t.set_defaults(func=_guarded(cmd_transitions))
 
     f = bsub.add_parser("fairness", help="a lone tenant's wait behind another tenant's backlog")
     f.add_argument("--tenants", type=int, default=20, help="tenants with queues")
@@ -90,9 +145,20 @@ def register(sub: Any) -> None:
     f.add_argument("--step-ms", type=float, default=5.0)
     f.add_argument("--workers", type=int, default=2)
     f.add_argument("--rounds", type=int, default=5)
+    f.add_argument(
+        "--active",
+        type=int,
+        default=None,
+        help="scale mode: of --tenants known tenants, this many have work",
+    )
+    f.add_argument(
+        "--compare-all",
+        action="store_true",
+        help="scale mode: also run with every known tenant consumed (idle dropping off)",
+    )
     f.add_argument("--no-shared", action="store_true", help="skip the one-shared-queue baseline")
     f.add_argument("--json", action="store_true")
-    f.set_defaults(func=cmd_fairness)
+    f.set_defaults(func=_guarded(cmd_fairness))
 
     c = bsub.add_parser(
         "chaos", help="SIGKILL workers and flush the broker under load; count losses"
@@ -104,7 +170,9 @@ def register(sub: Any) -> None:
     c.add_argument("--timeout", type=float, default=600.0)
     c.add_argument("--seed", type=int, default=8472)
     c.add_argument("--json", action="store_true")
-    c.set_defaults(func=cmd_chaos)
+    c.set_defaults(func=_guarded(cmd_chaos))
+
+    _register_issue5(bsub)
 
     s = bsub.add_parser("sweep", help="sweep cost with many finished tasks vs few")
     s.add_argument("--rows", type=int, default=1_000_000)
@@ -112,4 +180,30 @@ def register(sub: Any) -> None:
     s.add_argument("--due", type=int, default=100)
     s.add_argument("--repeats", type=int, default=7)
     s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_sweep)
+    s.set_defaults(func=_guarded(cmd_sweep))
+
+
+def _register_issue5(bsub: Any) -> None:
+    n = bsub.add_parser("noisy", help="others' p99 step wait while one tenant bursts 10x its share")
+    n.add_argument("--steps", type=int, default=150, help="steps per task")
+    n.add_argument(
+        "--burst", type=int, default=10, help="the noisy tenant's tasks during the burst"
+    )
+    n.add_argument("--workers", type=int, default=2)
+    n.add_argument("--rounds", type=int, default=3)
+    n.add_argument("--json", action="store_true")
+    n.set_defaults(func=_guarded(cmd_noisy))
+
+    cf = bsub.add_parser(
+        "cost-fairness", help="shares of cost between 1x and 10x tenants; Jain's index"
+    )
+    cf.add_argument("--tenants", type=int, default=6)
+    cf.add_argument("--cheap-ms", type=float, default=10.0, help="the cheap tenants' step cost")
+    cf.add_argument(
+        "--ratio", type=float, default=10.0, help="the costly tenants' cost, in cheap steps"
+    )
+    cf.add_argument("--window", type=float, default=20.0, help="seconds measured")
+    cf.add_argument("--workers", type=int, default=2)
+    cf.add_argument("--no-compare", action="store_true", help="skip the fair-share-off run")
+    cf.add_argument("--json", action="store_true")
+    cf.set_defaults(func=_guarded(cmd_cost_fairness))
