@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from agent_jobs.config import Settings
@@ -136,10 +136,12 @@ class Orchestrator:
     def run_step(self, task_id: str) -> StepReport | None:
         """Advance `task_id` by one step if this worker can claim it; None if it could not.
 
-        The task row is locked first. A step that does no I/O (the workflow says so through its
-        optional `quick(inp)` hook, and RETRY_WAIT's own step) is computed and committed in that
-        same transaction: a lease exists to survive I/O, and a step without I/O needs none. Any
-        other step turns the lock into a fenced lease and runs outside the transaction.
+        The claimable row is read first. A step that does no I/O (the workflow says so through
+        its optional `quick(inp)` hook, and RETRY_WAIT's own step) is computed at once and
+        committed with compare-and-set on the version, lease epoch and owner as read: a lease
+        exists to survive I/O, and a step without I/O needs none — a concurrent claimer or a
+        duplicate delivery makes the CAS fail, and theirs stands. Any other step takes a fenced
+        lease (the atomic claim) and runs under it.
         """
         started = time.monotonic()
         report = self._run(task_id, started)
@@ -156,31 +158,27 @@ class Orchestrator:
     def _run(self, task_id: str, started: float) -> StepReport | None:
         owner = self.settings.lease_owner()
         lease: Lease | None = None
-        quick: tuple[StepReport, Dispatch | None] | None = None
         try:
+            # One transaction: the read, and either the quick step's compare-and-set or the
+            # claim. Four round trips for a quick step (begin, read, write, commit).
             with self.store.tx() as conn:
-                task = self.store.lock_claimable(conn, task_id)
+                task = self.store.peek_claimable(conn, task_id)
                 if task is None:
                     return None  # owned elsewhere, parked, or terminal: a duplicate is harmless
                 workflow = self._workflow(task)
                 if workflow is not None and self._quick(task, workflow):
-                    quick = self._quick_step(conn, task, workflow, owner, started)
-                else:
-                    lease = self.store.lease_locked(conn, task, owner, self.settings.lease_ttl_s)
-            if quick is not None:
-                report, dispatch = quick
-                return replace(report, dispatch=dispatch)
+                    return self._quick_step(conn, task, workflow, owner, started)
+                lease = self.store.claim_in(conn, task_id, owner, self.settings.lease_ttl_s)
         except Deferred as exc:
-            # A quick step wanting a shared resource: rolled back; hold it (it held no lease).
+            # A quick step wanting a shared resource: rolled back, nothing written; hold it.
             self.store.hold(task_id, exc.hold_for)
             self.observer.held(exc.hold_for)
             return StepReport(task_id, S.RUNNING, None, tenant_id=self.store.get(task_id).tenant_id)
         except _NeedsLease:
-            # The "quick" step wanted an effect after all; its transaction rolled back.
+            # The "quick" step wanted an effect after all: rolled back; run it under a lease.
             lease = self.store.claim(task_id, owner, self.settings.lease_ttl_s)
-            if lease is None:
-                return None
-        assert lease is not None
+        if lease is None:
+            return None  # another worker claimed it first
         return self._leased_step(lease, started)
 
     def _workflow(self, task: TaskRow) -> Workflow | None:
@@ -199,17 +197,24 @@ class Orchestrator:
 
     def _quick_step(
         self, conn: Any, task: TaskRow, workflow: Workflow, owner: str, started: float
-    ) -> tuple[StepReport, Dispatch | None]:
+    ) -> StepReport:
         pseudo = Lease(task=task, owner=owner, epoch=task.lease_epoch, expires_at=task.updated_at)
         session = self._session(pseudo, workflow, quick=True)
         patch = self._dispatch_status(session)
         if patch is None:
             self.observer.step(task.status.value, time.monotonic() - started, "noop")
-            return StepReport(task.id, task.status, None, tenant_id=task.tenant_id), None
-        result = self.store.commit_locked(conn, task, patch, actor=owner)
+            return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
+        try:
+            result = self.store.commit_locked(conn, task, patch, actor=owner)
+        except StaleTransition:
+            # A duplicate delivery, or a worker that claimed it meanwhile: theirs stands.
+            self.observer.stale_commit()
+            return StepReport(task.id, task.status, None, stale=True, tenant_id=task.tenant_id)
         self.observer.transition(task.workflow, task.status.value, patch.to.value)
         self.observer.step(task.status.value, time.monotonic() - started, "ok")
-        return StepReport(task.id, task.status, patch.to, tenant_id=task.tenant_id), result.dispatch
+        return StepReport(
+            task.id, task.status, patch.to, tenant_id=task.tenant_id, dispatch=result.dispatch
+        )
 
     def _session(self, lease: Lease, workflow: Workflow, *, quick: bool = False) -> Session:
         session = Session(

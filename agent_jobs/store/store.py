@@ -279,6 +279,25 @@ class Store:
             task=task, owner=owner, epoch=task.lease_epoch, expires_at=task.lease_expires_at
         )
 
+    def peek_claimable(self, conn: Connection, task_id: str) -> TaskRow | None:
+        """Inside `conn`'s transaction: the task if it is claimable (as `claim` defines it),
+        without locking it. A quick step then commits with compare-and-set in the same
+        transaction, which fences any concurrent claimer or duplicate; any other step takes the
+        lease with `claim_in`."""
+        row = conn.execute(_LOCK, {"p_id": task_id}).first()
+        return task_from_row(row) if row is not None else None
+
+    def claim_in(self, conn: Connection, task_id: str, owner: str, ttl_s: float) -> Lease | None:
+        """`claim`, inside the caller's transaction."""
+        row = conn.execute(_CLAIM, {"p_id": task_id, "p_owner": owner, "p_ttl": ttl_s}).first()
+        if row is None:
+            return None
+        task = task_from_row(row)
+        assert task.lease_expires_at is not None
+        return Lease(
+            task=task, owner=owner, epoch=task.lease_epoch, expires_at=task.lease_expires_at
+        )
+
     def lock_claimable(self, conn: Connection, task_id: str) -> TaskRow | None:
         """Inside `conn`'s transaction: the task, row-locked, if it is claimable (as `claim`
         defines it); None if not, or if another transaction holds it (SKIP LOCKED)."""
