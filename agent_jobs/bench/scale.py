@@ -86,11 +86,14 @@ def _consumed(ph: Phase) -> int:
 
     prefix = ph.env["AGENT_JOBS_QUEUE_PREFIX"]
     control = control_for(prefix)
-    replies = control.inspect(timeout=2.0).active_queues() or {}
+    # broadcast, not inspect(): Inspect goes through app.control, the default exchange.
+    replies = control.broadcast("active_queues", reply=True, timeout=2.0) or []
+    names = {w.name for w in ph.procs}
     counts = [
         sum(1 for q in queues if tenant_of_queue(prefix, q["name"]) is not None)
-        for node, queues in replies.items()
-        if node.split("@")[0] in {w.name for w in ph.procs}
+        for reply in replies
+        for node, queues in reply.items()
+        if node.split("@")[0] in names
     ]
     return max(counts, default=0)
 

@@ -57,6 +57,16 @@ def gate_vt_table_key(prefix: str) -> str:
     return f"{prefix}:gate:vt"
 
 
+def gate_estimate_key(prefix: str) -> str:
+    """Hash: tenant -> moving average of its step cost (s), the provisional charge on admit."""
+    return f"{prefix}:gate:estimate"
+
+
+def gate_provisional_key(prefix: str) -> str:
+    """Hash: "tenant|slot member" -> the provisional charge made when it was admitted."""
+    return f"{prefix}:gate:provisional"
+
+
 def gate_held_key(prefix: str) -> str:
     """Hash: tenant -> tasks held at the gate (the pump's work list)."""
     return f"{prefix}:gate:held"

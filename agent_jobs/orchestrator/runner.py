@@ -8,6 +8,7 @@ message being processed is redelivered if the worker dies before publishing the 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,38 @@ from agent_jobs.store import CancelResult, CreateResult, Dispatch, Lease, Store,
 
 log = logging.getLogger(__name__)
 S = Status
+
+
+# Charged per step on top of its hooks' time, so a tenant of very many tiny steps still pays.
+STEP_COST_FLOOR_S = 0.001
+
+
+class _HookClock:
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+
+class _Timed:
+    """The workflow, with every hook timed: a step's cost is what its hooks took (model calls,
+    tool calls), not the platform's overhead around them, which every tenant pays alike."""
+
+    def __init__(self, inner: Any, clock: _HookClock) -> None:
+        self._inner = inner
+        self._clock = clock
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.monotonic()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                self._clock.seconds += time.monotonic() - t0
+
+        return timed
 
 
 class _NeedsLease(Exception):
@@ -76,6 +109,7 @@ class Orchestrator:
         self.settings = settings
         self.observer = observer or NullObserver()
         self.keeper = keeper or LeaseKeeper(store, settings.lease_ttl_s)
+        self._local = threading.local()
         self.steps = Steps(store, settings, self.observer, **({"rand": rand} if rand else {}))
 
     # -- entry points used by the API, the CLI and the client -------------------------------
@@ -144,13 +178,15 @@ class Orchestrator:
         lease (the atomic claim) and runs under it.
         """
         started = time.monotonic()
+        self._local.hooks = _HookClock()
         report = self._run(task_id, started)
         if report is None:
             return None
-        # The end of a claimed step, however it ended: give back the gate slot (charging the
-        # step's time to its tenant) before this task's next step asks for one, so held work of
-        # the same tenant gets its turn first.
-        self.publisher.finished(task_id, report.tenant_id, time.monotonic() - started)
+        # The end of a claimed step, however it ended: give back the gate slot, charging the
+        # tenant what the step consumed — the time in its workflow's hooks (model and tool calls),
+        # plus a floor so that no step is free — before this task's next step asks for one.
+        cost = self._local.hooks.seconds + STEP_COST_FLOOR_S
+        self.publisher.finished(task_id, report.tenant_id, cost)
         if report.dispatch is not None:
             self.publisher.publish(report.dispatch)  # only now: the transaction has committed
         return report
@@ -193,7 +229,7 @@ class Orchestrator:
         if hook is None:
             return False
         pseudo = Lease(task=task, owner="", epoch=task.lease_epoch, expires_at=task.updated_at)
-        return bool(hook(self._session(pseudo, workflow).inp()))
+        return bool(hook(self._session(pseudo, workflow).peek()))
 
     def _quick_step(
         self, conn: Any, task: TaskRow, workflow: Workflow, owner: str, started: float
@@ -205,7 +241,7 @@ class Orchestrator:
             self.observer.step(task.status.value, time.monotonic() - started, "noop")
             return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
         try:
-            result = self.store.commit_locked(conn, task, patch, actor=owner)
+            dispatch = self.store.commit_read(conn, task, patch, actor=owner)
         except StaleTransition:
             # A duplicate delivery, or a worker that claimed it meanwhile: theirs stands.
             self.observer.stale_commit()
@@ -213,13 +249,15 @@ class Orchestrator:
         self.observer.transition(task.workflow, task.status.value, patch.to.value)
         self.observer.step(task.status.value, time.monotonic() - started, "ok")
         return StepReport(
-            task.id, task.status, patch.to, tenant_id=task.tenant_id, dispatch=result.dispatch
+            task.id, task.status, patch.to, tenant_id=task.tenant_id, dispatch=dispatch
         )
 
     def _session(self, lease: Lease, workflow: Workflow, *, quick: bool = False) -> Session:
+        hooks = getattr(self._local, "hooks", None)
+        timed: Any = _Timed(workflow, hooks) if hooks is not None else workflow
         session = Session(
             lease=lease,
-            workflow=workflow,
+            workflow=timed,
             commit_keep=_refuse if quick else (lambda patch: self._commit_keep(session, patch)),
             emit=lambda type_, data: self._emit(lease.task_id, type_, data),
         )

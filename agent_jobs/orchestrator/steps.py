@@ -47,6 +47,24 @@ class Session:
     def runtime(self) -> dict[str, Any]:
         return copy.deepcopy(self.lease.task.state.get("runtime") or {})
 
+    def peek(self) -> wf.StepInput:
+        """The input without copies, for a hook that only reads (`quick`)."""
+        t = self.lease.task
+        return wf.StepInput(
+            task_id=t.id,
+            tenant_id=t.tenant_id,
+            workflow=t.workflow,
+            requester=t.requester,
+            idempotency_key=t.idempotency_key,
+            input=t.input,
+            state=t.state,
+            pinned=t.pinned,
+            attempts=t.attempts,
+            trace_id=t.trace_id,
+            cancel_requested=t.cancel_requested,
+            emit=self.emit,
+        )
+
     def inp(self) -> wf.StepInput:
         t = self.lease.task
         return wf.StepInput(

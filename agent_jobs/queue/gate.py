@@ -24,7 +24,9 @@ from typing import Any
 import redis
 
 from agent_jobs.core.names import (
+    gate_estimate_key,
     gate_held_key,
+    gate_provisional_key,
     gate_vt_key,
     gate_vt_table_key,
     tenant_inflight_key,
@@ -39,8 +41,10 @@ TENANT_CAP = "tenant_cap"
 FAIR_SHARE = "fair_share"
 MODEL_CAP = "model_cap"
 
-# KEYS: inflight(T), backlogged vt zset, vt hash, held hash
+# KEYS: inflight(T), backlogged vt zset, vt hash, held hash, estimate hash, provisional hash
 # ARGV: tenant, task id, slot ttl ms, cap, fair (0/1), quantum, weight
+# An admitted step is charged at once with the tenant's average step cost (corrected when it
+# ends): otherwise a tenant could have several expensive steps admitted before any is charged.
 _ADMIT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -68,18 +72,31 @@ if ARGV[5] == '1' then
   if vt > tonumber(low[2]) + tonumber(ARGV[6]) then
     return 0
   end
+  local estimate = tonumber(redis.call('HGET', KEYS[5], ARGV[1]) or '0') / tonumber(ARGV[7])
+  if estimate > 0 then
+    vt = tonumber(redis.call('HINCRBYFLOAT', KEYS[3], ARGV[1], estimate))
+    redis.call('ZADD', KEYS[2], vt, ARGV[1])
+    redis.call('HSET', KEYS[6], ARGV[1] .. '|' .. ARGV[2], estimate)
+  end
 end
 redis.call('ZADD', KEYS[1], expiry, ARGV[2])
 return 1
 """
 
-# KEYS: inflight(T), backlogged vt zset, vt hash, held hash
+# KEYS: as _ADMIT
 # ARGV: tenant, task id, cost (seconds), weight, fair (0/1)
 # Returns the tenants with held work, lowest virtual time first (the pump's order).
 _RELEASE = """
 local removed = redis.call('ZREM', KEYS[1], ARGV[2])
 if ARGV[5] == '1' and removed == 1 then
-  local charge = tonumber(ARGV[3]) / tonumber(ARGV[4])
+  local member = ARGV[1] .. '|' .. ARGV[2]
+  local provisional = tonumber(redis.call('HGET', KEYS[6], member) or '0')
+  redis.call('HDEL', KEYS[6], member)
+  local cost = tonumber(ARGV[3])
+  local old = tonumber(redis.call('HGET', KEYS[5], ARGV[1]) or '-1')
+  if old < 0 then old = cost end
+  redis.call('HSET', KEYS[5], ARGV[1], 0.7 * old + 0.3 * cost)
+  local charge = cost / tonumber(ARGV[4]) - provisional
   local vt = tonumber(redis.call('HINCRBYFLOAT', KEYS[3], ARGV[1], charge))
   local held = tonumber(redis.call('HGET', KEYS[4], ARGV[1]) or '0')
   if redis.call('ZCARD', KEYS[1]) == 0 and held <= 0 then
@@ -145,6 +162,8 @@ class RedisGate:
             gate_vt_key(p),
             gate_vt_table_key(p),
             gate_held_key(p),
+            gate_estimate_key(p),
+            gate_provisional_key(p),
         ]
 
     def admit(self, tenant_id: str, task_id: str) -> bool:
@@ -190,14 +209,24 @@ class RedisGate:
     def drop(self, tenant_id: str, member: str) -> None:
         """Give back a slot without charging it (an unused pump reservation)."""
         self._redis.zrem(tenant_inflight_key(self.prefix, tenant_id), member)
+        key = f"{tenant_id}|{member}"
+        provisional = self._redis.hget(gate_provisional_key(self.prefix), key)
+        if provisional is not None:  # refund the provisional charge of the admission
+            self._redis.hdel(gate_provisional_key(self.prefix), key)
+            self._redis.hincrbyfloat(gate_vt_table_key(self.prefix), tenant_id, -float(provisional))
 
     def swap(self, tenant_id: str, placeholder: str, task_id: str) -> None:
         """Turn a pump's reservation into the released task's slot."""
         key = tenant_inflight_key(self.prefix, tenant_id)
+        prov = gate_provisional_key(self.prefix)
         score = self._redis.zscore(key, placeholder)
+        charged = self._redis.hget(prov, f"{tenant_id}|{placeholder}")
         pipe = self._redis.pipeline()
         pipe.zrem(key, placeholder)
         pipe.zadd(key, {task_id: score if score is not None else 0})
+        if charged is not None:  # the provisional charge follows the slot
+            pipe.hdel(prov, f"{tenant_id}|{placeholder}")
+            pipe.hset(prov, f"{tenant_id}|{task_id}", charged)
         pipe.execute()
 
     def inflight(self, tenant_id: str) -> int:

@@ -95,7 +95,9 @@ tasks = Table(
     ),
     Index(
         "ix_tasks_dispatch",
-        "dispatched_at",
+        # Keyed on created_at, which never changes: a read step then changes no indexed
+        # column and Postgres can update the row in place (HOT). See migration 0004.
+        "created_at",
         **_partial(  # type: ignore[arg-type]
             f"status IN {DISPATCHABLE} AND lease_owner IS NULL AND held_since IS NULL"
         ),

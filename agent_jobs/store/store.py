@@ -59,7 +59,7 @@ from agent_jobs.store.schema import (
     tasks,
 )
 from agent_jobs.store.types import db_now, db_now_plus
-from agent_jobs.store.writes import append_event, apply_patch, insert_ignore
+from agent_jobs.store.writes import append_event, apply_patch, apply_patch_lean, insert_ignore
 
 _TERMINAL = [s.value for s in TERMINAL]
 _NOT_TERMINAL = text("tasks.status NOT IN (" + ", ".join(f"'{s}'" for s in sorted(_TERMINAL)) + ")")
@@ -71,20 +71,7 @@ _CLAIMABLE = (
     & or_(tasks.c.lease_expires_at.is_(None), tasks.c.lease_expires_at < db_now())
     & or_(tasks.c.next_attempt_at.is_(None), tasks.c.next_attempt_at <= db_now())
 )
-_LOCK = select(tasks).where((tasks.c.id == bindparam("p_id")) & _CLAIMABLE)
-# SKIP LOCKED: a second delivery of the same step finds the row busy and drops the message.
-_LOCK_PG = _LOCK.with_for_update(skip_locked=True)
-_LEASE_LOCKED = (
-    update(tasks)
-    .where(tasks.c.id == bindparam("p_id"))
-    .values(
-        lease_owner=bindparam("p_owner"),
-        lease_expires_at=db_now_plus(bindparam("p_ttl")),
-        lease_epoch=tasks.c.lease_epoch + 1,
-    )
-    .returning(tasks)
-)
-
+_CLAIMABLE_ROW = select(tasks).where((tasks.c.id == bindparam("p_id")) & _CLAIMABLE)
 # Built once: the claim runs for every step, and building the expression costs more than
 # running it. Claimable = not terminal, lease free or lapsed, timer (if any) due.
 _CLAIM = (
@@ -284,7 +271,7 @@ class Store:
         without locking it. A quick step then commits with compare-and-set in the same
         transaction, which fences any concurrent claimer or duplicate; any other step takes the
         lease with `claim_in`."""
-        row = conn.execute(_LOCK, {"p_id": task_id}).first()
+        row = conn.execute(_CLAIMABLE_ROW, {"p_id": task_id}).first()
         return task_from_row(row) if row is not None else None
 
     def claim_in(self, conn: Connection, task_id: str, owner: str, ttl_s: float) -> Lease | None:
@@ -298,36 +285,15 @@ class Store:
             task=task, owner=owner, epoch=task.lease_epoch, expires_at=task.lease_expires_at
         )
 
-    def lock_claimable(self, conn: Connection, task_id: str) -> TaskRow | None:
-        """Inside `conn`'s transaction: the task, row-locked, if it is claimable (as `claim`
-        defines it); None if not, or if another transaction holds it (SKIP LOCKED)."""
-        stmt = _LOCK_PG if self.dialect == "postgresql" else _LOCK
-        row = conn.execute(stmt, {"p_id": task_id}).first()
-        return task_from_row(row) if row is not None else None
-
-    def lease_locked(self, conn: Connection, task: TaskRow, owner: str, ttl_s: float) -> Lease:
-        """Turn a row lock taken by `lock_claimable` into a lease (the step will do I/O)."""
-        row = conn.execute(_LEASE_LOCKED, {"p_id": task.id, "p_owner": owner, "p_ttl": ttl_s}).one()
-        leased = task_from_row(row)
-        assert leased.lease_expires_at is not None
-        return Lease(
-            task=leased, owner=owner, epoch=leased.lease_epoch, expires_at=leased.lease_expires_at
-        )
-
-    def commit_locked(
+    def commit_read(
         self, conn: Connection, task: TaskRow, patch: Patch, *, actor: str
-    ) -> CommitResult:
-        """Apply a transition to a task row-locked by `lock_claimable` in this transaction."""
-        new, dispatch = apply_patch(
-            conn,
-            task,
-            owner=task.lease_owner,
-            epoch=task.lease_epoch,
-            patch=patch,
-            lease_ttl_s=0,
-            actor=actor,
+    ) -> Dispatch | None:
+        """Apply a transition to a task read by `peek_claimable` in this transaction, if nobody
+        moved it since (compare-and-set on version, lease epoch and owner as read). Returns the
+        dispatch to publish after the commit; `StaleTransition` if the CAS lost."""
+        return apply_patch_lean(
+            conn, task, owner=task.lease_owner, epoch=task.lease_epoch, patch=patch, actor=actor
         )
-        return CommitResult(task=new, lease=None, dispatch=dispatch)
 
     def renew(self, lease: Lease, ttl_s: float) -> Lease:
         """Heartbeat: push the expiry out. `StaleTransition` if the lease was lost."""

@@ -88,9 +88,7 @@ def lost_dispatch(conn: Connection, dialect: str, limit: int, cutoff: datetime) 
         & tasks.c.held_since.is_(None)
         & or_(tasks.c.dispatched_at.is_(None), tasks.c.dispatched_at < cutoff)
     )
-    ids = _locked(
-        select(tasks.c.id).where(cond).order_by(tasks.c.dispatched_at).limit(limit), dialect
-    )
+    ids = _locked(select(tasks.c.id).where(cond).order_by(tasks.c.created_at).limit(limit), dialect)
     stmt = (
         update(tasks)
         .where(tasks.c.id.in_(ids.scalar_subquery()) & cond)

@@ -193,7 +193,11 @@ def test_weights_scale_the_share(redis_url: str, prefix: str) -> None:
     assert gate.admit("gold", "g1") and gate.admit("basic", "b1")
     gate.release("gold", "g1", 0.4)  # 0.4 s at weight 4 counts as 0.1
     gate.release("basic", "b1", 0.1)
+    assert gate.virtual_times()["gold"] == pytest.approx(0.1)
     assert gate.admit("gold", "g2")
+    # Admitted steps are charged at once with the tenant's average cost, corrected at release.
+    assert gate.virtual_times()["gold"] == pytest.approx(0.2)
+    gate.release("gold", "g2", 0.0)
     assert gate.virtual_times()["gold"] == pytest.approx(0.1)
 
 
