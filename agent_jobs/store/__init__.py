@@ -1,7 +1,9 @@
 """Persistence. The only package that imports SQLAlchemy; everything else goes through `Store`."""
 
+from agent_jobs.store.approvals import DecisionResult
 from agent_jobs.store.rows import CommitResult, CreateResult, Dispatch, Lease, TaskRow
-from agent_jobs.store.store import CancelResult, DecisionResult, RejectedSubmission, Store
+from agent_jobs.store.store import CancelResult, Store
+from agent_jobs.store.submissions import RejectedSubmission
 
 __all__ = [
     "CancelResult",

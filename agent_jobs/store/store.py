@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     Connection,
-    Engine,
-    and_,
     bindparam,
     case,
     func,
@@ -21,43 +16,38 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from agent_jobs.core.contracts import (
-    ApprovalView,
-    DeadLetterView,
     EffectView,
     EventView,
     TaskRequest,
 )
-from agent_jobs.core.errors import ApprovalError, IdempotencyConflict, NotFound, StaleTransition
+from agent_jobs.core.errors import IdempotencyConflict, NotFound, StaleTransition
 from agent_jobs.core.hashing import payload_hash
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import PARKED, TERMINAL, Status
-from agent_jobs.store import holds, sweeps
-from agent_jobs.store.engine import make_engine
+from agent_jobs.store import sweeps
+from agent_jobs.store.approvals import ApprovalStore
 from agent_jobs.store.ids import new_id, new_trace_id
+from agent_jobs.store.maintenance import MaintenanceStore
 from agent_jobs.store.rows import (
     CommitResult,
     CreateResult,
     Dispatch,
     Lease,
     TaskRow,
-    approval_from_row,
     effect_from_row,
     event_from_row,
     task_from_row,
 )
 from agent_jobs.store.schema import (
-    approvals,
-    dead_letters,
     effects,
-    marks,
-    rejected_submissions,
     task_events,
     tasks,
 )
+from agent_jobs.store.submissions import SubmissionStore
 from agent_jobs.store.types import db_now, db_now_plus
 from agent_jobs.store.writes import append_event, apply_patch, apply_patch_lean, insert_ignore
 
@@ -99,57 +89,12 @@ class CancelResult:
     dispatch: Dispatch | None
 
 
-@dataclass(frozen=True)
-class DecisionResult:
-    approval: ApprovalView
-    dispatch: Dispatch | None
+class Store(ApprovalStore, SubmissionStore, MaintenanceStore):
+    """Tasks, events, effects, approvals, submissions and dead letters, on Postgres or SQLite.
 
-
-@dataclass(frozen=True)
-class RejectedSubmission:
-    """A submission that created nothing, and why (see `record_rejected_submission`)."""
-
-    id: str
-    via: str
-    reason_code: str
-    reason: str
-    tenant_id: str | None
-    subject: str | None
-    claimed_tenant: str | None
-    idempotency_key: str | None
-    message_id: str | None
-    at: datetime
-
-
-def _identity(subject: str) -> str:
-    return subject.strip().casefold()
-
-
-class Store:
-    """Tasks, events, effects, approvals and dead letters, on Postgres or SQLite."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.dialect = engine.dialect.name
-
-    @classmethod
-    def from_url(cls, url: str) -> Store:
-        return cls(make_engine(url))
-
-    @contextmanager
-    def tx(self) -> Iterator[Connection]:
-        with self.engine.begin() as conn:
-            yield conn
-
-    def dispose(self) -> None:
-        self.engine.dispose()
-
-    def db_now(self) -> datetime:
-        with self.engine.connect() as conn:
-            value = conn.execute(select(db_now())).scalar_one()
-            conn.rollback()
-        assert isinstance(value, datetime)
-        return value
+    This class holds the task and effect queries; the others come from the classes it is made of
+    (`base.py`, `approvals.py`, `submissions.py`, `maintenance.py`).
+    """
 
     # -- tasks ---------------------------------------------------------------------------------
 
@@ -406,222 +351,6 @@ class Store:
         with self.engine.connect() as conn:
             row = conn.execute(q).first()
         return effect_from_row(row) if row is not None else None
-
-    # -- approvals -----------------------------------------------------------------------------
-
-    def approval(self, approval_id: str, tenant_id: str | None = None) -> ApprovalView:
-        cond = approvals.c.id == approval_id
-        if tenant_id is not None:
-            cond = cond & (approvals.c.tenant_id == tenant_id)
-        with self.engine.connect() as conn:
-            row = conn.execute(select(approvals).where(cond)).first()
-        if row is None:
-            raise NotFound(f"approval {approval_id} not found")
-        return approval_from_row(row)
-
-    def list_approvals(
-        self,
-        tenant_id: str | None,
-        *,
-        status: str | None = None,
-        task_id: str | None = None,
-        limit: int = 100,
-    ) -> list[ApprovalView]:
-        conds = []
-        if tenant_id is not None:
-            conds.append(approvals.c.tenant_id == tenant_id)
-        if status is not None:
-            conds.append(approvals.c.status == status)
-        if task_id is not None:
-            conds.append(approvals.c.task_id == task_id)
-        q = (
-            select(approvals)
-            .where(and_(True, *conds))
-            .order_by(approvals.c.created_at.desc())
-            .limit(limit)
-        )
-        with self.engine.connect() as conn:
-            return [approval_from_row(r) for r in conn.execute(q)]
-
-    def decide_approval(
-        self,
-        approval_id: str,
-        approver: str,
-        *,
-        grant: bool,
-        tenant_id: str | None = None,
-        note: str = "",
-    ) -> DecisionResult:
-        """Grant or deny a pending approval and wake its task. Refuses self-approval, decisions on
-        expired or already decided approvals, and another tenant's approval (as not found)."""
-        current = self.approval(approval_id, tenant_id)
-        if not approver.strip():
-            raise ApprovalError(approval_id, "an approver must be named")
-        # "Alice" and " alice" are the same person: compare identities, not spellings.
-        if _identity(current.requester) == _identity(approver):
-            raise ApprovalError(approval_id, "the approver cannot be the requester")
-        status = "granted" if grant else "denied"
-        with self.tx() as conn:
-            row = conn.execute(
-                update(approvals)
-                .where(
-                    (approvals.c.id == approval_id)
-                    & (approvals.c.status == "pending")
-                    & (approvals.c.expires_at > db_now())
-                    & (approvals.c.requester != approver)
-                )
-                .values(status=status, approver=approver, decided_at=db_now())
-                .returning(approvals)
-            ).first()
-            if row is None:
-                # Read on this connection: on SQLite a second one would wait on our write lock.
-                fresh = conn.execute(
-                    select(approvals.c.status).where(approvals.c.id == approval_id)
-                ).scalar_one()
-                reason = f"already {fresh}" if fresh != "pending" else "expired before the decision"
-                raise ApprovalError(approval_id, reason)
-            view = approval_from_row(row)
-            woke = conn.execute(
-                update(tasks)
-                .where(
-                    (tasks.c.id == view.task_id) & (tasks.c.status == Status.APPROVAL_WAIT.value)
-                )
-                .values(next_attempt_at=db_now(), dispatched_at=db_now())
-                .returning(tasks.c.id, tasks.c.tenant_id)
-            ).first()
-            append_event(
-                conn,
-                view.task_id,
-                f"approval_{status}",
-                {"approval_id": approval_id, "approver": approver, "note": note[:200]},
-            )
-        dispatch = Dispatch(woke[0], woke[1]) if woke is not None else None
-        return DecisionResult(view, dispatch)
-
-    # -- dead letters and marks ----------------------------------------------------------------
-
-    def dead_letters(self, tenant_id: str | None = None, limit: int = 100) -> list[DeadLetterView]:
-        q = select(dead_letters).order_by(dead_letters.c.at.desc()).limit(limit)
-        if tenant_id is not None:
-            q = q.where(dead_letters.c.tenant_id == tenant_id)
-        with self.engine.connect() as conn:
-            return [DeadLetterView(**dict(r._mapping)) for r in conn.execute(q)]
-
-    def mark(self, name: str) -> datetime | None:
-        with self.engine.connect() as conn:
-            value = conn.execute(
-                select(marks.c.at).where(marks.c.name == name)
-            ).scalar_one_or_none()
-        return value
-
-    def set_mark_now(self, name: str) -> datetime:
-        """Record the database's now() under `name` (moving it forward only)."""
-        with self.tx() as conn:
-            now = conn.execute(select(db_now())).scalar_one()
-            try:
-                with conn.begin_nested():
-                    conn.execute(insert(marks).values(name=name, at=now))
-            except IntegrityError:
-                conn.execute(
-                    update(marks).where((marks.c.name == name) & (marks.c.at < now)).values(at=now)
-                )
-        assert isinstance(now, datetime)
-        return now
-
-    # -- rejected submissions ------------------------------------------------------------------
-
-    def record_rejected_submission(
-        self,
-        record_id: str,
-        *,
-        via: str,
-        reason_code: str,
-        reason: str,
-        tenant_id: str | None = None,
-        subject: str | None = None,
-        claimed_tenant: str | None = None,
-        idempotency_key: str | None = None,
-        message_id: str | None = None,
-    ) -> bool:
-        """Record a submission that created nothing. Idempotent on `record_id` (a redelivered
-        message is recorded once); True when this call wrote the row."""
-        stmt = (
-            insert_ignore(self.dialect, rejected_submissions)
-            .values(
-                id=record_id[:80],
-                via=via[:16],
-                reason_code=reason_code[:64],
-                reason=reason[:500],
-                tenant_id=tenant_id,
-                subject=subject[:255] if subject else None,
-                claimed_tenant=claimed_tenant[:63] if claimed_tenant else None,
-                idempotency_key=idempotency_key[:255] if idempotency_key else None,
-                message_id=message_id[:255] if message_id else None,
-                at=db_now(),
-            )
-            .on_conflict_do_nothing(index_elements=["id"])
-        )
-        with self.tx() as conn:
-            return conn.execute(stmt).rowcount == 1
-
-    def rejected_submissions(
-        self, tenant_id: str | None = None, *, record_id: str | None = None, limit: int = 100
-    ) -> list[RejectedSubmission]:
-        """The newest rejected submissions, optionally of one (verified) tenant or one id."""
-        q = select(rejected_submissions).order_by(rejected_submissions.c.at.desc()).limit(limit)
-        if tenant_id is not None:
-            q = q.where(rejected_submissions.c.tenant_id == tenant_id)
-        if record_id is not None:
-            q = q.where(rejected_submissions.c.id == record_id)
-        with self.engine.connect() as conn:
-            return [RejectedSubmission(**dict(r._mapping)) for r in conn.execute(q)]
-
-    def ping(self) -> None:
-        """Raise if the database cannot answer a trivial query (readiness probes)."""
-        with self.engine.connect() as conn:
-            conn.execute(select(1)).scalar_one()
-            conn.rollback()
-
-    # -- sweeps (see sweeps.py) ----------------------------------------------------------------
-
-    def sweep_expired_leases(
-        self, limit: int, lost_lease: Callable[[TaskRow], Patch]
-    ) -> list[Dispatch]:
-        with self.tx() as conn:
-            return sweeps.expired_leases(conn, self.dialect, limit, lost_lease)
-
-    def sweep_lost_dispatch(self, limit: int, cutoff: datetime) -> list[Dispatch]:
-        with self.tx() as conn:
-            return sweeps.lost_dispatch(conn, self.dialect, limit, cutoff)
-
-    def sweep_due(self, status: Status, limit: int, cutoff: datetime) -> list[Dispatch]:
-        with self.tx() as conn:
-            return sweeps.due_timers(conn, self.dialect, status, limit, cutoff)
-
-    def sweep_expired_approvals(self, limit: int) -> list[Dispatch]:
-        with self.tx() as conn:
-            return sweeps.expired_approvals(conn, self.dialect, limit)
-
-    # -- the dispatch gate's holds (see holds.py and queue/gate.py) ---------------------------
-
-    def hold(self, task_id: str, reason: str, lease: Lease | None = None) -> bool:
-        """Keep a runnable task without a step message until the gate lets it go."""
-        with self.tx() as conn:
-            return holds.hold(conn, task_id, reason, lease, _TERMINAL)
-
-    def take_held(
-        self, reason: str, *, tenant_id: str | None = None, limit: int = 1
-    ) -> list[Dispatch]:
-        with self.tx() as conn:
-            return holds.take_held(conn, self.dialect, reason, tenant_id, limit)
-
-    def held_tenants(self, reason: str) -> list[str]:
-        with self.engine.connect() as conn:
-            return holds.held_tenants(conn, reason)
-
-    def held_ages(self, reason: str | None = None) -> dict[str, tuple[int, float]]:
-        with self.engine.connect() as conn:
-            return holds.held_ages(conn, reason)
 
     def count_in_status(self, task_ids: list[str], status: Status) -> int:
         q = (

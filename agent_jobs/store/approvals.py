@@ -1,0 +1,117 @@
+"""Approvals: read them, list them, decide one (and wake its task) — invariant 8's store side."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import and_, select, update
+
+from agent_jobs.core.contracts import ApprovalView
+from agent_jobs.core.errors import ApprovalError, NotFound
+from agent_jobs.core.states import Status
+from agent_jobs.store.base import StoreBase
+from agent_jobs.store.rows import Dispatch, approval_from_row
+from agent_jobs.store.schema import approvals, tasks
+from agent_jobs.store.types import db_now
+from agent_jobs.store.writes import append_event
+
+
+@dataclass(frozen=True)
+class DecisionResult:
+    approval: ApprovalView
+    dispatch: Dispatch | None
+
+
+def _identity(subject: str) -> str:
+    return subject.strip().casefold()
+
+
+class ApprovalStore(StoreBase):
+    def approval(self, approval_id: str, tenant_id: str | None = None) -> ApprovalView:
+        cond = approvals.c.id == approval_id
+        if tenant_id is not None:
+            cond = cond & (approvals.c.tenant_id == tenant_id)
+        with self.engine.connect() as conn:
+            row = conn.execute(select(approvals).where(cond)).first()
+        if row is None:
+            raise NotFound(f"approval {approval_id} not found")
+        return approval_from_row(row)
+
+    def list_approvals(
+        self,
+        tenant_id: str | None,
+        *,
+        status: str | None = None,
+        task_id: str | None = None,
+        limit: int = 100,
+    ) -> list[ApprovalView]:
+        conds = []
+        if tenant_id is not None:
+            conds.append(approvals.c.tenant_id == tenant_id)
+        if status is not None:
+            conds.append(approvals.c.status == status)
+        if task_id is not None:
+            conds.append(approvals.c.task_id == task_id)
+        q = (
+            select(approvals)
+            .where(and_(True, *conds))
+            .order_by(approvals.c.created_at.desc())
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [approval_from_row(r) for r in conn.execute(q)]
+
+    def decide_approval(
+        self,
+        approval_id: str,
+        approver: str,
+        *,
+        grant: bool,
+        tenant_id: str | None = None,
+        note: str = "",
+    ) -> DecisionResult:
+        """Grant or deny a pending approval and wake its task. Refuses self-approval, decisions on
+        expired or already decided approvals, and another tenant's approval (as not found)."""
+        current = self.approval(approval_id, tenant_id)
+        if not approver.strip():
+            raise ApprovalError(approval_id, "an approver must be named")
+        # "Alice" and " alice" are the same person: compare identities, not spellings.
+        if _identity(current.requester) == _identity(approver):
+            raise ApprovalError(approval_id, "the approver cannot be the requester")
+        status = "granted" if grant else "denied"
+        with self.tx() as conn:
+            row = conn.execute(
+                update(approvals)
+                .where(
+                    (approvals.c.id == approval_id)
+                    & (approvals.c.status == "pending")
+                    & (approvals.c.expires_at > db_now())
+                    & (approvals.c.requester != approver)
+                )
+                .values(status=status, approver=approver, decided_at=db_now())
+                .returning(approvals)
+            ).first()
+            if row is None:
+                # Read on this connection: on SQLite a second one would wait on our write lock.
+                fresh = conn.execute(
+                    select(approvals.c.status).where(approvals.c.id == approval_id)
+                ).scalar_one()
+                reason = f"already {fresh}" if fresh != "pending" else "expired before the decision"
+                raise ApprovalError(approval_id, reason)
+            view = approval_from_row(row)
+            woke = conn.execute(
+                update(tasks)
+                .where(
+                    (tasks.c.id == view.task_id) & (tasks.c.status == Status.APPROVAL_WAIT.value)
+                )
+                .values(next_attempt_at=db_now(), dispatched_at=db_now())
+                .returning(tasks.c.id, tasks.c.tenant_id)
+            ).first()
+            append_event(
+                conn,
+                view.task_id,
+                f"approval_{status}",
+                {"approval_id": approval_id, "approver": approver, "note": note[:200]},
+            )
+        dispatch = Dispatch(woke[0], woke[1]) if woke is not None else None
+        return DecisionResult(view, dispatch)

@@ -1,0 +1,91 @@
+"""The store's side of the sweepers and the dispatch gate: sweeps, holds, marks, dead letters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from agent_jobs.core.contracts import DeadLetterView
+from agent_jobs.core.patch import Patch
+from agent_jobs.core.states import TERMINAL, Status
+from agent_jobs.store import holds, sweeps
+from agent_jobs.store.base import StoreBase
+from agent_jobs.store.rows import Dispatch, Lease, TaskRow
+from agent_jobs.store.schema import dead_letters, marks
+from agent_jobs.store.types import db_now
+
+_TERMINAL = [s.value for s in TERMINAL]
+
+
+class MaintenanceStore(StoreBase):
+    def dead_letters(self, tenant_id: str | None = None, limit: int = 100) -> list[DeadLetterView]:
+        q = select(dead_letters).order_by(dead_letters.c.at.desc()).limit(limit)
+        if tenant_id is not None:
+            q = q.where(dead_letters.c.tenant_id == tenant_id)
+        with self.engine.connect() as conn:
+            return [DeadLetterView(**dict(r._mapping)) for r in conn.execute(q)]
+
+    def mark(self, name: str) -> datetime | None:
+        with self.engine.connect() as conn:
+            value = conn.execute(
+                select(marks.c.at).where(marks.c.name == name)
+            ).scalar_one_or_none()
+        return value
+
+    def set_mark_now(self, name: str) -> datetime:
+        """Record the database's now() under `name` (moving it forward only)."""
+        with self.tx() as conn:
+            now = conn.execute(select(db_now())).scalar_one()
+            try:
+                with conn.begin_nested():
+                    conn.execute(insert(marks).values(name=name, at=now))
+            except IntegrityError:
+                conn.execute(
+                    update(marks).where((marks.c.name == name) & (marks.c.at < now)).values(at=now)
+                )
+        assert isinstance(now, datetime)
+        return now
+
+    # -- sweeps (see sweeps.py) ----------------------------------------------------------------
+
+    def sweep_expired_leases(
+        self, limit: int, lost_lease: Callable[[TaskRow], Patch]
+    ) -> list[Dispatch]:
+        with self.tx() as conn:
+            return sweeps.expired_leases(conn, self.dialect, limit, lost_lease)
+
+    def sweep_lost_dispatch(self, limit: int, cutoff: datetime) -> list[Dispatch]:
+        with self.tx() as conn:
+            return sweeps.lost_dispatch(conn, self.dialect, limit, cutoff)
+
+    def sweep_due(self, status: Status, limit: int, cutoff: datetime) -> list[Dispatch]:
+        with self.tx() as conn:
+            return sweeps.due_timers(conn, self.dialect, status, limit, cutoff)
+
+    def sweep_expired_approvals(self, limit: int) -> list[Dispatch]:
+        with self.tx() as conn:
+            return sweeps.expired_approvals(conn, self.dialect, limit)
+
+    # -- the dispatch gate's holds (see holds.py and queue/gate.py) ---------------------------
+
+    def hold(self, task_id: str, reason: str, lease: Lease | None = None) -> bool:
+        """Keep a runnable task without a step message until the gate lets it go."""
+        with self.tx() as conn:
+            return holds.hold(conn, task_id, reason, lease, _TERMINAL)
+
+    def take_held(
+        self, reason: str, *, tenant_id: str | None = None, limit: int = 1
+    ) -> list[Dispatch]:
+        with self.tx() as conn:
+            return holds.take_held(conn, self.dialect, reason, tenant_id, limit)
+
+    def held_tenants(self, reason: str) -> list[str]:
+        with self.engine.connect() as conn:
+            return holds.held_tenants(conn, reason)
+
+    def held_ages(self, reason: str | None = None) -> dict[str, tuple[int, float]]:
+        with self.engine.connect() as conn:
+            return holds.held_ages(conn, reason)
