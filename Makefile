@@ -20,7 +20,7 @@ SERVICE_ENV := AGENT_JOBS_DATABASE_URL=$(PG_URL)/agent_jobs AGENT_JOBS_BROKER_UR
 
 help:
 	@echo "make install   create .venv and install agent_jobs with its dev tools"
-	@echo "make demo      the refund incident end to end, embedded (no services needed)"
+	@echo "make demo      the payout and refund incidents end to end, embedded (no services needed)"
 	@echo "make test      the test suite (Postgres/Redis tests skip if those are down)"
 	@echo "make lint      ruff and mypy --strict"
 	@echo "make bench     the three benchmarks on Postgres + Redis"
@@ -37,6 +37,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
+	$(BIN)/agent-jobs demo example
 	$(BIN)/agent-jobs demo refund
 
 demo-example: $(STAMP)
