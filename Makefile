@@ -15,7 +15,7 @@ API_URL ?= http://127.0.0.1:8000
 SERVICE_ENV := AGENT_JOBS_DATABASE_URL=$(PG_URL)/agent_jobs AGENT_JOBS_BROKER_URL=$(REDIS_URL)/0 \
 	AGENT_JOBS_JWT_SECRET=$(DEV_JWT_SECRET)
 
-.PHONY: install demo demo-example test lint format bench bench-transitions bench-fairness bench-sweep \
+.PHONY: install demo demo-example test lint format bench bench-transitions bench-fairness bench-sweep bench-scale \
 	chaos api worker beat flower schemathesis compose-config clean help
 
 help:
@@ -23,7 +23,8 @@ help:
 	@echo "make demo      the payout and refund incidents end to end, embedded (no services needed)"
 	@echo "make test      the test suite (Postgres/Redis tests skip if those are down)"
 	@echo "make lint      ruff and mypy --strict"
-	@echo "make bench     the three benchmarks on Postgres + Redis"
+	@echo "make bench     the runtime's three benchmarks on Postgres + Redis"
+	@echo "make bench-scale   scale and fairness: 1000 tenants, a noisy neighbour, cost-weighted shares"
 	@echo "make chaos     hundreds of tasks, workers SIGKILLed, broker flushed: lost/duplicates"
 	@echo "make api | worker | beat | flower   run the services on local Postgres and Redis"
 	@echo "make schemathesis   fuzz a running API (make api) against its OpenAPI document"
@@ -66,6 +67,12 @@ bench-fairness: $(STAMP)
 
 bench-sweep: $(STAMP)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench sweep --rows 1000000
+
+# the three of the scale issue, one after the other in one session
+bench-scale: $(STAMP)
+	$(BENCH_ENV) $(BIN)/agent-jobs bench fairness --tenants 1000 --active 50
+	$(BENCH_ENV) $(BIN)/agent-jobs bench noisy
+	$(BENCH_ENV) $(BIN)/agent-jobs bench cost-fairness
 
 chaos: $(STAMP)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench chaos --tasks 300

@@ -60,6 +60,7 @@ class Phase:
     given settings, and a runtime in this process built with the same settings."""
 
     def __init__(self, name: str, workers: int, show: bool, **env: str) -> None:
+        import re  # noqa: PLC0415
         import tempfile  # noqa: PLC0415
         import uuid  # noqa: PLC0415
         from pathlib import Path  # noqa: PLC0415
@@ -67,8 +68,10 @@ class Phase:
         self.name = name
         self.show = show
         self.workers = workers
+        # the label is for people ("1000 known, 50 active"); the log directory gets a plain slug
+        slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "phase"
         self.env = {"AGENT_JOBS_QUEUE_PREFIX": f"bench{uuid.uuid4().hex[:6]}", **env}
-        self.logdir = Path(tempfile.mkdtemp(prefix=f"agent-jobs-{name}-"))
+        self.logdir = Path(tempfile.mkdtemp(prefix=f"agent-jobs-{slug}-"))
         self.procs: list[Any] = []
         self.rt: Any = None
 
