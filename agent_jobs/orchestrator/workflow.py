@@ -212,8 +212,9 @@ class Workflow(Protocol):
 
 class QuickSteps(Protocol):
     """Optional hook. A workflow whose `start`, `decide` and `verify` do no I/O for a task (no
-    model, no tool, no sleep) returns True, and its steps then run in one database transaction
-    under a row lock instead of a lease: about half the database work per transition. If such a
-    step proposes an effect anyway, it is rolled back and re-run under a lease."""
+    model, no tool, no sleep) returns True, and its steps then run in one database transaction,
+    fenced by compare-and-set alone, without a lease: about half the database work per
+    transition. If such a step proposes an effect anyway, it is rolled back and re-run under a
+    lease."""
 
     def quick(self, inp: StepInput) -> bool: ...

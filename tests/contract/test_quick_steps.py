@@ -1,4 +1,4 @@
-"""Quick steps: a step with no I/O runs in one transaction under a row lock instead of a lease.
+"""Quick steps: a step with no I/O runs in one transaction, fenced by compare-and-set alone.
 
 The guarantees must not change: the transition is still a compare-and-set with its event
 (invariant 1), a zombie holding a lapsed lease is still fenced (invariant 2), and a second
