@@ -94,7 +94,12 @@ class Sweepers:
         now = self.store.db_now()
         cutoff = now - timedelta(seconds=self.settings.dispatch_grace_s)
         if self.probe.lost_since_last_check():
-            log.warning("the broker lost its messages; re-dispatching every waiting task")
+            # A new broker database looks the same as a flushed one (no sentinel yet); on a
+            # first start there is simply nothing waiting to re-dispatch.
+            log.warning(
+                "the broker's sentinel is gone (a new broker, or one that lost its messages): "
+                "re-dispatching every waiting task"
+            )
             self.store.set_mark_now(BROKER_LOST_MARK)
         mark = self.store.mark(BROKER_LOST_MARK)
         if mark is not None and mark > cutoff:
