@@ -63,6 +63,9 @@ class Settings:
     # EXEC_UNKNOWN: reconcile reads that fail are retried this many times, then ESCALATED.
     max_reconcile_attempts: int = 5
     sweep_batch: int = 500
+    # Submissions that created nothing are kept this long for operators to see why, then
+    # pruned by the retention sweeper; 0 keeps them forever.
+    rejected_retention_days: float = 30.0
     # A task that takes more steps than this is escalated: no workflow may loop forever.
     max_steps: int = 10_000
     # How often a worker re-reads the tenant directory to consume newly active tenant queues.
@@ -214,6 +217,9 @@ def load_settings() -> Settings:
             "AGENT_JOBS_MAX_RECONCILE_ATTEMPTS", defaults.max_reconcile_attempts
         ),
         sweep_batch=_int("AGENT_JOBS_SWEEP_BATCH", defaults.sweep_batch),
+        rejected_retention_days=_float(
+            "AGENT_JOBS_REJECTED_RETENTION_DAYS", defaults.rejected_retention_days
+        ),
         max_steps=_int("AGENT_JOBS_MAX_STEPS", defaults.max_steps),
         queue_sync_interval_s=_float(
             "AGENT_JOBS_QUEUE_SYNC_INTERVAL_S", defaults.queue_sync_interval_s

@@ -25,7 +25,7 @@ from agent_jobs.store import Dispatch, Store, TaskRow
 log = logging.getLogger(__name__)
 
 BROKER_LOST_MARK = "broker_lost_before"
-KINDS = ("lease", "dispatch", "retry", "unknown", "approvals", "held")
+KINDS = ("lease", "dispatch", "retry", "unknown", "approvals", "held", "retention")
 MAX_BATCHES = 200  # one sweep call moves at most MAX_BATCHES * batch tasks, then yields
 
 
@@ -146,3 +146,18 @@ class Sweepers:
             lambda: self.store.sweep_due(Status.APPROVAL_WAIT, self.settings.sweep_batch, cutoff)
         )
         return expired + due
+
+    def retention(self) -> int:
+        """Rejected submissions older than `AGENT_JOBS_REJECTED_RETENTION_DAYS` (they explain
+        why a submission created nothing; kept for a while, not forever). Tasks and their
+        events are the record of what was done and are never pruned here."""
+        days = self.settings.rejected_retention_days
+        if days <= 0:
+            return 0
+        total = 0
+        for _ in range(MAX_BATCHES):
+            n = self.store.prune_rejected_submissions(days * 86_400, self.settings.sweep_batch)
+            total += n
+            if n < self.settings.sweep_batch:
+                break
+        return total

@@ -67,12 +67,19 @@ task_routes = {
 worker_send_task_events = os.environ.get("AGENT_JOBS_TASK_EVENTS") == "1"
 task_send_sent_event = False
 
+# Every sweeper at the sweep interval, except retention: pruning old rows can wait minutes.
+_sweep_every = {
+    kind: _s.sweep_interval_s
+    for kind in ("lease", "dispatch", "retry", "unknown", "approvals", "held")
+}
+_sweep_every["retention"] = max(_s.sweep_interval_s, 300.0)
+
 beat_schedule = {
     f"sweep-{kind}": {
         "task": f"agent_jobs.sweep.{kind}",
-        "schedule": _s.sweep_interval_s,
+        "schedule": every,
         # A sweep that waited longer than an interval is superseded by the next one.
-        "options": {"expires": max(1.0, _s.sweep_interval_s)},
+        "options": {"expires": max(1.0, every)},
     }
-    for kind in ("lease", "dispatch", "retry", "unknown", "approvals", "held")
+    for kind, every in _sweep_every.items()
 }

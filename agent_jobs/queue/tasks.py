@@ -19,7 +19,8 @@ def step(task_id: str) -> None:
 def _sweep(kind: str) -> int:
     count = get_runtime().sweepers.run(kind)
     if count:
-        log.info("sweep %s: %d task(s) re-dispatched or moved", kind, count)
+        what = "rejected submission(s) pruned" if kind == "retention" else "task(s) moved"
+        log.info("sweep %s: %d %s", kind, count, what)
     return count
 
 
@@ -51,3 +52,8 @@ def sweep_held() -> int:
 @app.task(name="agent_jobs.sweep.approvals", ignore_result=True)
 def sweep_approvals() -> int:
     return _sweep("approvals")
+
+
+@app.task(name="agent_jobs.sweep.retention", ignore_result=True)
+def sweep_retention() -> int:
+    return _sweep("retention")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from agent_jobs.store.base import StoreBase
 from agent_jobs.store.schema import rejected_submissions
@@ -75,3 +75,22 @@ class SubmissionStore(StoreBase):
             q = q.where(rejected_submissions.c.id == record_id)
         with self.engine.connect() as conn:
             return [RejectedSubmission(**dict(r._mapping)) for r in conn.execute(q)]
+
+    def prune_rejected_submissions(self, older_than_s: float, limit: int) -> int:
+        """Delete up to `limit` rejected submissions recorded more than `older_than_s` ago (by
+        the database clock), oldest first, through the index on `at`; the number deleted."""
+        before = self.db_now() - timedelta(seconds=older_than_s)
+        oldest = (
+            select(rejected_submissions.c.id)
+            .where(rejected_submissions.c.at < before)
+            .order_by(rejected_submissions.c.at)
+            .limit(limit)
+        )
+        if self.dialect == "postgresql":
+            # Two sweepers at once split the rows instead of queueing on each other's locks.
+            oldest = oldest.with_for_update(skip_locked=True)
+        stmt = delete(rejected_submissions).where(
+            rejected_submissions.c.id.in_(oldest.scalar_subquery())
+        )
+        with self.tx() as conn:
+            return int(conn.execute(stmt).rowcount or 0)
