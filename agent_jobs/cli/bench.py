@@ -135,7 +135,12 @@ def register(sub: Any) -> None:
     t.add_argument("--tasks", type=int, default=20)
     t.add_argument("--steps", type=int, default=200)
     t.add_argument("--workers", type=int, default=2, help="worker processes")
-    t.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported")
+    t.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="alternating rounds; medians are reported (default 5: this figure is the noisiest)",
+    )
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=_guarded(cmd_transitions))
 
