@@ -138,8 +138,8 @@ def register(sub: Any) -> None:
     t.add_argument(
         "--rounds",
         type=int,
-        default=5,
-        help="alternating rounds; medians are reported (default 5: this figure is the noisiest)",
+        default=6,
+        help="rounds, alternating which side runs first (ABBA); medians are reported",
     )
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=_guarded(cmd_transitions))
@@ -195,7 +195,9 @@ def _register_issue5(bsub: Any) -> None:
         "--burst", type=int, default=10, help="the noisy tenant's tasks during the burst"
     )
     n.add_argument("--workers", type=int, default=2)
-    n.add_argument("--rounds", type=int, default=3)
+    n.add_argument(
+        "--rounds", type=int, default=4, help="rounds, alternating which side runs first (ABBA)"
+    )
     n.add_argument("--json", action="store_true")
     n.set_defaults(func=_guarded(cmd_noisy))
 

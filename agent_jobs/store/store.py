@@ -28,7 +28,7 @@ from agent_jobs.core.errors import IdempotencyConflict, NotFound, StaleTransitio
 from agent_jobs.core.hashing import payload_hash
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import PARKED, TERMINAL, Status
-from agent_jobs.store import sweeps
+from agent_jobs.store import prepared, sweeps
 from agent_jobs.store.approvals import ApprovalStore
 from agent_jobs.store.ids import new_id, new_trace_id
 from agent_jobs.store.maintenance import MaintenanceStore
@@ -75,6 +75,16 @@ _CLAIM = (
     .returning(tasks)
 )
 _PARKED = [s.value for s in PARKED]
+# The same two, prepared once per connection on Postgres (see `prepared`).
+_CLAIMABLE_ROW_PREPARED = prepared.from_clause(
+    "aj_claimable_row", _CLAIMABLE_ROW, {"p_id": "varchar"}, tuple(tasks.c)
+)
+_CLAIM_PREPARED = prepared.from_clause(
+    "aj_claim",
+    _CLAIM,
+    {"p_id": "varchar", "p_owner": "varchar", "p_ttl": "double precision"},
+    tuple(tasks.c),
+)
 
 
 # Errors that mean "the database cannot be reached or cannot serve now" (connection refused or
@@ -202,7 +212,12 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore):
         is parked, or it is terminal: the caller acks and drops the message.
         """
         with self.tx() as conn:
-            row = conn.execute(_CLAIM, {"p_id": task_id, "p_owner": owner, "p_ttl": ttl_s}).first()
+            row = prepared.execute(
+                conn,
+                _CLAIM_PREPARED,
+                _CLAIM,
+                {"p_id": task_id, "p_owner": owner, "p_ttl": ttl_s},
+            ).first()
         if row is None:
             return None
         task = task_from_row(row)
@@ -216,12 +231,19 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore):
         without locking it. A quick step then commits with compare-and-set in the same
         transaction, which fences any concurrent claimer or duplicate; any other step takes the
         lease with `claim_in`."""
-        row = conn.execute(_CLAIMABLE_ROW, {"p_id": task_id}).first()
+        row = prepared.execute(
+            conn, _CLAIMABLE_ROW_PREPARED, _CLAIMABLE_ROW, {"p_id": task_id}
+        ).first()
         return task_from_row(row) if row is not None else None
 
     def claim_in(self, conn: Connection, task_id: str, owner: str, ttl_s: float) -> Lease | None:
         """`claim`, inside the caller's transaction."""
-        row = conn.execute(_CLAIM, {"p_id": task_id, "p_owner": owner, "p_ttl": ttl_s}).first()
+        row = prepared.execute(
+            conn,
+            _CLAIM_PREPARED,
+            _CLAIM,
+            {"p_id": task_id, "p_owner": owner, "p_ttl": ttl_s},
+        ).first()
         if row is None:
             return None
         task = task_from_row(row)

@@ -15,6 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from agent_jobs.core.errors import ApprovalError, StaleTransition
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import RUNNABLE, Status, check_transition
+from agent_jobs.store import prepared
 from agent_jobs.store.rows import Dispatch, TaskRow, task_from_row
 from agent_jobs.store.schema import approvals, dead_letters, effects, task_events, tasks
 from agent_jobs.store.types import db_now, db_now_plus
@@ -109,8 +110,7 @@ def _apply(  # noqa: PLR0917 - the two public functions above name every argumen
 
 # Postgres: the guarded UPDATE and the event INSERT in one statement, one round trip. The INSERT
 # reads the UPDATE's RETURNING, so when the CAS matches no row no event is written either.
-_PG_CAS = text(
-    """
+_PG_CAS_SQL = """
 WITH u AS (
   UPDATE tasks SET
     status = :to_status,
@@ -136,13 +136,12 @@ WITH u AS (
 )
 SELECT {columns} FROM u
 """.format(
-        # Named, never `*`: a column added by a migration lands at the end of the table.
-        columns=", ".join(c.name for c in tasks.c)
-    )
-).columns(*tasks.c)
+    # Named, never `*`: a column added by a migration lands at the end of the table.
+    columns=", ".join(c.name for c in tasks.c)
+)
+_PG_CAS = text(_PG_CAS_SQL).columns(*tasks.c)
 # The same, for callers that need no new row back (a quick step): half the decoding work.
-_PG_CAS_LEAN = text(
-    """
+_PG_CAS_LEAN_SQL = """
 WITH u AS (
   UPDATE tasks SET
     status = :to_status,
@@ -160,18 +159,40 @@ WITH u AS (
     dispatched_at = CASE WHEN :dispatch THEN now() ELSE dispatched_at END
   WHERE id = :id AND version = :version AND lease_epoch = :epoch
     AND lease_owner IS NOT DISTINCT FROM CAST(:owner AS varchar)
-  RETURNING {columns}
+  RETURNING id, event_seq, trace_id
 ), e AS (
   INSERT INTO task_events (task_id, seq, type, from_status, to_status, data, trace_id, at)
   SELECT id, event_seq, :event, :from_status, :to_status, CAST(:data AS jsonb), trace_id, now()
   FROM u
 )
 SELECT id FROM u
-""".format(
-        # Named, never `*`: a column added by a migration lands at the end of the table.
-        columns=", ".join(c.name for c in tasks.c)
-    )
-).columns(tasks.c.id)
+"""
+_PG_CAS_LEAN = text(_PG_CAS_LEAN_SQL).columns(tasks.c.id)
+
+
+# Prepared once per connection (see `prepared`): planning the CTE costs about as much as
+# running it. The types are those of the columns each parameter is compared with or written to.
+_CAS_TYPES = {
+    "to_status": "varchar",
+    "wake": "double precision",
+    "state": "jsonb",
+    "attempts": "integer",
+    "outcome": "jsonb",
+    "keep": "boolean",
+    "ttl": "double precision",
+    "dispatch": "boolean",
+    "id": "varchar",
+    "version": "integer",
+    "epoch": "integer",
+    "owner": "varchar",
+    "event": "varchar",
+    "from_status": "varchar",
+    "data": "jsonb",
+}
+_PG_CAS_PREPARED = prepared.from_text("aj_cas", _PG_CAS_SQL, _CAS_TYPES, tuple(tasks.c))
+_PG_CAS_LEAN_PREPARED = prepared.from_text(
+    "aj_cas_lean", _PG_CAS_LEAN_SQL, _CAS_TYPES, (tasks.c.id,)
+)
 
 
 def _json(value: Any) -> str | None:
@@ -190,7 +211,9 @@ def _cas_postgres(
     data: dict[str, Any],
     lean: bool = False,
 ) -> Row[Any] | None:
-    return conn.execute(
+    return prepared.execute(
+        conn,
+        _PG_CAS_LEAN_PREPARED if lean else _PG_CAS_PREPARED,
         _PG_CAS_LEAN if lean else _PG_CAS,
         {
             "to_status": patch.to.value,

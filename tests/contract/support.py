@@ -13,7 +13,7 @@ from sqlalchemy import Table, event, func, select, update
 from agent_jobs.core.contracts import Action, TaskRequest
 from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
 from agent_jobs.core.states import Status
-from agent_jobs.store import Lease, Store, TaskRow
+from agent_jobs.store import Lease, Store, TaskRow, prepared
 from agent_jobs.store.schema import approvals, effects, task_events, tasks
 from agent_jobs.store.types import db_now_plus
 
@@ -149,7 +149,8 @@ def failing_statement(store: Store, fragment: str) -> Iterator[None]:
     violation in the middle of a transaction would."""
 
     def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if fragment in statement:
+        # A prepared statement runs as `EXECUTE name(...)`: look inside what it runs.
+        if fragment in prepared.sql_of(statement):
             raise RuntimeError(f"injected failure on: {statement[:60]}")
 
     event.listen(store.engine, "before_cursor_execute", before)
