@@ -7,13 +7,16 @@ the 1,000 tenants with idle dropping off, to show what it saves.
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from typing import Any
 
 from agent_jobs.bench.common import Phase, median, progress, require_services, wait
+from agent_jobs.config import load_settings
 
 TARGET_RATIO = 0.8
 TOTAL_STEPS = 4000
 QUICK_ENV = {"AGENT_JOBS_QUEUE_SYNC_INTERVAL_S": "0.5"}
+IDLE_S = 30.0  # longer than a round of the other deployment: active tenants stay consumed
 
 
 def run(
@@ -27,56 +30,100 @@ def run(
 ) -> dict[str, Any]:
     require_services()
     show = progress
-    base = _phase("20 tenants", 20, 20, workers, rounds, show, idle_s="60")
-    scaled = _phase(
-        f"{tenants} known, {active} active", tenants, active, workers, rounds, show, idle_s="2"
-    )
+    # Both deployments run side by side (each its own workers, queue prefix and database; the
+    # idle one's workers sit in a blocking BRPOP) and their rounds alternate, ABBA, so drift in the machine
+    # or the database favours neither. Idle dropping is set longer than the other side's round,
+    # so the active tenants stay consumed between rounds once the idle ones have gone.
+    scaled_name = f"{tenants} known, {active} active"
+    with ExitStack() as stack:
+        base = stack.enter_context(_phase_of("20 tenants", workers, show, idle_s=60))
+        scaled = stack.enter_context(
+            _phase_of(scaled_name, workers, show, idle_s=IDLE_S, db="scale")
+        )
+        _make_known(base, 20, 20, show, idle_s=60)
+        _make_known(scaled, tenants, active, show, idle_s=IDLE_S)
+        rates: dict[str, list[float]] = {base.name: [], scaled.name: []}
+        consumed: dict[str, int] = {base.name: 0, scaled.name: 0}
+        for r in range(rounds):
+            pair = [(base, 20), (scaled, active)]
+            for ph, n in pair if r % 2 == 0 else pair[::-1]:
+                rate, queues = _round(ph, n, show, f"round {r + 1}/{rounds}")
+                rates[ph.name].append(rate)
+                consumed[ph.name] = max(consumed[ph.name], queues)
+    base_rate, scaled_rate = median(rates[base.name]), median(rates[scaled.name])
     result: dict[str, Any] = {
-        "transitions_per_s": round(scaled["rate"], 1),
-        "baseline_per_s": round(base["rate"], 1),
-        "ratio": round(scaled["rate"] / base["rate"], 3),
+        "transitions_per_s": round(scaled_rate, 1),
+        "baseline_per_s": round(base_rate, 1),
+        "ratio": round(scaled_rate / base_rate, 3),
         "target_ratio": TARGET_RATIO,
         "tenants": tenants,
         "active": active,
         "workers": workers,
         "rounds": rounds,
-        "queues_consumed": scaled["queues"],
-        "samples": {"transitions_per_s": scaled["samples"], "baseline_per_s": base["samples"]},
+        "queues_consumed": consumed[scaled.name],
+        "samples": {
+            "transitions_per_s": [round(x, 1) for x in rates[scaled.name]],
+            "baseline_per_s": [round(x, 1) for x in rates[base.name]],
+        },
     }
     if compare_all:
-        every = _phase(f"{tenants} known, all consumed", tenants, active, workers, max(1, rounds // 2),
-                       show, idle_s="86400")  # fmt: skip
-        result["all_consumed_per_s"] = round(every["rate"], 1)
-        result["all_consumed_queues"] = every["queues"]
+        name = f"{tenants} known, all consumed"
+        with _phase_of(name, workers, show, idle_s=86400) as every:
+            _make_known(every, tenants, active, show, idle_s=86400)
+            samples = [_round(every, active, show, f"round {r + 1}")
+                       for r in range(max(1, rounds // 2))]  # fmt: skip
+        result["all_consumed_per_s"] = round(median([rate for rate, _ in samples]), 1)
+        result["all_consumed_queues"] = max(queues for _, queues in samples)
     return result
 
 
-def _phase(  # noqa: PLR0917 - one call site per phase, read as a sentence
-    name: str, known: int, active: int, workers: int, rounds: int, show: bool, *, idle_s: str
-) -> dict[str, Any]:
-    with Phase(name, workers, show, AGENT_JOBS_TENANT_IDLE_S=idle_s, **QUICK_ENV) as ph:
-        names = [f"s{i}" for i in range(known)]
-        progress(show, f"[{name}] {known} tenants become known (one task each)")
-        for chunk in range(0, known, 200):
-            ph.finish([ph.submit(t, {"steps": 0}) for t in names[chunk : chunk + 200]])
-        if known > active and float(idle_s) < 60:
-            time.sleep(float(idle_s) + 1.0)  # every tenant idle now: workers drop their queues
-            wait(lambda: _consumed(ph) <= active, 60, 0.5, "for idle queues to be dropped")
-        steps = max(1, TOTAL_STEPS // active)
-        rates = []
-        consumed = 0
-        for r in range(rounds):
-            start = time.monotonic()
-            ids = [ph.submit(t, {"steps": steps}) for t in names[:active]]
-            time.sleep(0.5)
-            consumed = max(consumed, _consumed(ph))
-            ph.finish(ids)
-            secs = time.monotonic() - start
-            done = sum(ph.rt.store.get(i).version - 1 for i in ids)
-            rates.append(done / secs)
-            progress(show, f"[{name}] round {r + 1}/{rounds}: {done} transitions in {secs:.2f} s = "
-                           f"{done / secs:.0f}/s, {consumed} tenant queues consumed per worker")  # fmt: skip
-        return {"rate": median(rates), "samples": [round(x, 1) for x in rates], "queues": consumed}
+def _phase_of(name: str, workers: int, show: bool, *, idle_s: float, db: str = "") -> Phase:
+    """A deployment; `db` names a database of its own beside the configured one, because a
+    worker also learns tenants with runnable work from the database, and two deployments
+    sharing one would consume each other's tenants."""
+    env = {"AGENT_JOBS_TENANT_IDLE_S": str(idle_s), **QUICK_ENV}
+    if db:
+        env["AGENT_JOBS_DATABASE_URL"] = _sibling_database(load_settings().database_url, db)
+    return Phase(name, workers, show, **env)
+
+
+def _sibling_database(url: str, suffix: str) -> str:
+    """`postgresql://h/agent_jobs_bench?x` -> `postgresql://h/agent_jobs_bench_<suffix>?x`."""
+    base, sep, query = url.partition("?")
+    return f"{base}_{suffix}{sep}{query}"
+
+
+def _make_known(ph: Phase, known: int, active: int, show: bool, *, idle_s: float) -> None:
+    """Every tenant runs one empty task; then, when only some will have work, wait until the
+    workers have dropped the idle ones."""
+    names = _names(known)
+    progress(show, f"[{ph.name}] {known} tenants become known (one task each)")
+    for chunk in range(0, known, 200):
+        ph.finish([ph.submit(t, {"steps": 0}) for t in names[chunk : chunk + 200]])
+    if known > active:
+        progress(show, f"[{ph.name}] waiting {idle_s:.0f} s for the workers to drop idle queues")
+        time.sleep(idle_s + 1.0)
+        wait(lambda: _consumed(ph) <= active, 60, 0.5, "for idle queues to be dropped")
+
+
+def _round(ph: Phase, active: int, show: bool, label: str) -> tuple[float, int]:
+    """One round: the first `active` tenants each run a no-op task; transitions/s and the tenant
+    queues the busiest worker consumed."""
+    steps = max(1, TOTAL_STEPS // active)
+    start = time.monotonic()
+    ids = [ph.submit(t, {"steps": steps}) for t in _names(active)]
+    time.sleep(0.5)
+    consumed = _consumed(ph)
+    ph.finish(ids)
+    secs = time.monotonic() - start
+    done = sum(ph.rt.store.get(i).version - 1 for i in ids)
+    progress(show, f"[{ph.name}] {label}: {done} transitions in {secs:.2f} s = {done / secs:.0f}/s, "
+                   f"{consumed} tenant queues consumed per worker")  # fmt: skip
+    return done / secs, consumed
+
+
+def _names(n: int) -> list[str]:
+    return [f"s{i}" for i in range(n)]
 
 
 def _consumed(ph: Phase) -> int:

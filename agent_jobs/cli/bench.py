@@ -41,7 +41,7 @@ def cmd_fairness(args: argparse.Namespace) -> int:
             tenants=args.tenants,
             active=args.active,
             workers=args.workers,
-            rounds=min(args.rounds, 3),
+            rounds=args.rounds or 4,  # ABBA: an even number
             compare_all=args.compare_all,
             progress=not args.json,
         )
@@ -52,7 +52,7 @@ def cmd_fairness(args: argparse.Namespace) -> int:
         backlog=args.backlog,
         step_ms=args.step_ms,
         workers=args.workers,
-        rounds=args.rounds,
+        rounds=args.rounds or 5,
         progress=not args.json,
     )
     return _print(result, args.json, fairness.render)
@@ -149,7 +149,9 @@ def register(sub: Any) -> None:
     f.add_argument("--backlog", type=int, default=2000)
     f.add_argument("--step-ms", type=float, default=5.0)
     f.add_argument("--workers", type=int, default=2)
-    f.add_argument("--rounds", type=int, default=5)
+    f.add_argument(
+        "--rounds", type=int, default=None, help="rounds (default 5; with --active 4, ABBA)"
+    )
     f.add_argument(
         "--active",
         type=int,
