@@ -8,8 +8,10 @@ as `EXECUTE name(...)`, which reuses the plan.
 
 A prepared statement lives as long as its session, and `PREPARE` is not undone by a rollback, so
 a flag in the connection's `info` (which SQLAlchemy clears when the connection is replaced)
-records what this connection has prepared. A pooler that does not keep sessions (PgBouncer in
-transaction mode) cannot hold them: `AGENT_JOBS_PG_PREPARE=0` runs the plain statements instead.
+records what this connection has prepared; a statement found missing anyway (`DISCARD ALL`)
+fails its transaction and is prepared again by the next. A pooler that does not keep sessions
+(PgBouncer in transaction mode) cannot hold them at all: `AGENT_JOBS_PG_PREPARE=0` runs the plain
+statements instead.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from typing import Any
 
 from sqlalchemy import Column, Connection, CursorResult, Executable, text
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ClauseElement
 
 ENV = "AGENT_JOBS_PG_PREPARE"
 _INFO_KEY = "agent_jobs_prepared"
+_NO_SUCH_STATEMENT = "26000"  # invalid_sql_statement_name
 _EXECUTE = re.compile(r"\s*(?:EXECUTE|PREPARE)\s+(\w+)")
 _BY_NAME: dict[str, Prepared] = {}
 
@@ -69,7 +73,14 @@ class Prepared:
         if self.name not in done:
             conn.exec_driver_sql(self.prepare_sql)
             done.add(self.name)
-        return conn.execute(self.statement, values)
+        try:
+            return conn.execute(self.statement, values)
+        except DBAPIError as exc:
+            if getattr(exc.orig, "pgcode", None) == _NO_SUCH_STATEMENT:
+                # Deallocated behind our back (DISCARD ALL, a pooler that swapped sessions):
+                # this transaction is lost, but the next one on this connection prepares again.
+                done.clear()
+            raise
 
 
 def from_text(

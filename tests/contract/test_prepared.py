@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.exc import DBAPIError
 
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.store import Store, prepared
@@ -101,3 +102,20 @@ def test_turned_off_the_plain_statements_give_the_same_task(
     assert on[:2] == off[:2]
     assert any(s.startswith("EXECUTE") for s in on[2])
     assert not any(s.startswith(("EXECUTE", "PREPARE")) for s in off[2])
+
+
+def test_a_statement_deallocated_behind_its_back_is_prepared_again(
+    pg_store: Store, tenant: str
+) -> None:
+    """`DISCARD ALL` (or a pooler swapping sessions) drops what the connection prepared: that
+    transaction fails, the next one prepares again instead of failing forever."""
+    _, task_id = _noop(pg_store, tenant)
+    with pg_store.tx() as conn:
+        assert pg_store.peek_claimable(conn, task_id) is not None
+    with pg_store.engine.connect() as conn:
+        conn.exec_driver_sql("DEALLOCATE ALL")
+        conn.commit()
+    with pytest.raises(DBAPIError), pg_store.tx() as conn:
+        pg_store.peek_claimable(conn, task_id)
+    with pg_store.tx() as conn:
+        assert pg_store.peek_claimable(conn, task_id) is not None
