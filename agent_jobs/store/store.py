@@ -212,19 +212,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore):
         is parked, or it is terminal: the caller acks and drops the message.
         """
         with self.tx() as conn:
-            row = prepared.execute(
-                conn,
-                _CLAIM_PREPARED,
-                _CLAIM,
-                {"p_id": task_id, "p_owner": owner, "p_ttl": ttl_s},
-            ).first()
-        if row is None:
-            return None
-        task = task_from_row(row)
-        assert task.lease_expires_at is not None
-        return Lease(
-            task=task, owner=owner, epoch=task.lease_epoch, expires_at=task.lease_expires_at
-        )
+            return self.claim_in(conn, task_id, owner, ttl_s)
 
     def peek_claimable(self, conn: Connection, task_id: str) -> TaskRow | None:
         """Inside `conn`'s transaction: the task if it is claimable (as `claim` defines it),

@@ -23,37 +23,13 @@ from agent_jobs.bench.procs import WorkerProcess
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.states import TERMINAL, Status
 from agent_jobs.sim import worlds
-from tests.conftest import _truncate
-from tests.support.live import live_env, wait_until
+from tests.support.live import live_runtime, wait_until
 from tests.support.standin_systems import StandInSystems
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
 APPROVER = "lead-41"
 CUSTOMER = ("cus_6000", "Asha Verma", "asha.verma@example.com")
-
-
-def _order(order_id: str, total: int, note: str = "") -> dict[str, Any]:
-    cid, name, email = CUSTOMER
-    return {
-        "order_id": order_id,
-        "customer": {"customer_id": cid, "name": name, "email": email},
-        "total_minor": total,
-        "currency": "INR",
-        "note": note,
-    }
-
-
-def _payment(order_id: str, suffix: str, amount: int, at: str, hold: bool = False) -> Any:
-    return {
-        "payment_id": f"pay_{order_id}_{suffix}",
-        "order_id": order_id,
-        "kind": "authorization" if hold else "capture",
-        "status": "authorized" if hold else "captured",
-        "amount_minor": amount,
-        "currency": "INR",
-        "created_at": at,
-    }
 
 
 def _world() -> tuple[dict[str, Any], dict[str, int]]:
@@ -74,13 +50,10 @@ def _world() -> tuple[dict[str, Any], dict[str, int]]:
         world["policies"] = w["policies"]
     expected = {"pay_8472_b": 200_000, "pay_9104_b": 200_000, "pay_9103_b": 150_000}
     for n in range(4):  # INR 500 twice: below the approval threshold
-        order_id = f"700{n}"
-        world["orders"].append(_order(order_id, 50_000))
-        world["payments"] += [
-            _payment(order_id, "a", 50_000, "2026-03-14T09:58:02Z"),
-            _payment(order_id, "b", 50_000, "2026-03-14T09:58:09Z"),
-        ]
-        expected[f"pay_{order_id}_b"] = 50_000
+        small = worlds.double_capture(f"700{n}", CUSTOMER, amount=50_000)
+        world["orders"] += small["orders"]
+        world["payments"] += small["payments"]
+        expected[f"pay_700{n}_b"] = 50_000
     return world, expected
 
 
@@ -101,20 +74,8 @@ def live(pg_database: str, standin: StandInSystems) -> Iterator[tuple[Any, dict[
         "AGENT_JOBS_RETRY_BASE_S": "0.2",
         "AGENT_JOBS_RETRY_MAX_S": "1",
     }
-    with live_env(**env):
-        from agent_jobs.queue.runtime import get_runtime
-
-        rt = get_runtime()
-        _truncate(rt.store)
-        yield (
-            rt,
-            {
-                **env,
-                "AGENT_JOBS_BROKER_URL": os.environ["AGENT_JOBS_BROKER_URL"],
-                "AGENT_JOBS_QUEUE_PREFIX": os.environ["AGENT_JOBS_QUEUE_PREFIX"],
-            },
-        )
-        rt.store.dispose()
+    with live_runtime(**env) as live:
+        yield live
 
 
 @pytest.fixture

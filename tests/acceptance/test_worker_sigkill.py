@@ -7,7 +7,6 @@ retry; the task completes on another worker and the effect happens exactly once.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +17,7 @@ import pytest
 from agent_jobs.bench.procs import WorkerProcess
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.states import TERMINAL, Status
-from tests.conftest import _truncate
-from tests.support.live import live_env, wait_until
+from tests.support.live import live_runtime, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -32,20 +30,8 @@ def live(pg_database: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[Any
         "AGENT_JOBS_LEASE_TTL_S": "2",
         "AGENT_JOBS_DISPATCH_GRACE_S": "2",
     }
-    with live_env(**env):
-        from agent_jobs.queue.runtime import get_runtime
-
-        rt = get_runtime()
-        _truncate(rt.store)
-        yield (
-            rt,
-            {
-                **env,
-                "AGENT_JOBS_BROKER_URL": os.environ["AGENT_JOBS_BROKER_URL"],
-                "AGENT_JOBS_QUEUE_PREFIX": os.environ["AGENT_JOBS_QUEUE_PREFIX"],
-            },
-        )
-        rt.store.dispose()
+    with live_runtime(**env) as live:
+        yield live
 
 
 @pytest.fixture

@@ -42,3 +42,26 @@ def live_env(**env: str) -> Iterator[None]:
                 os.environ[k] = v
         settings.cache_clear()
         set_runtime(None)
+
+
+@contextmanager
+def live_runtime(**env: str) -> Iterator[tuple[Any, dict[str, str]]]:
+    """A fresh runtime on an emptied database, and the environment that worker processes need to
+    join it (the given settings plus this test's broker and queue prefix)."""
+    from agent_jobs.queue.runtime import get_runtime
+    from tests.conftest import _truncate
+
+    with live_env(**env):
+        rt = get_runtime()
+        _truncate(rt.store)
+        try:
+            yield (
+                rt,
+                {
+                    **env,
+                    "AGENT_JOBS_BROKER_URL": os.environ["AGENT_JOBS_BROKER_URL"],
+                    "AGENT_JOBS_QUEUE_PREFIX": os.environ["AGENT_JOBS_QUEUE_PREFIX"],
+                },
+            )
+        finally:
+            rt.store.dispose()
