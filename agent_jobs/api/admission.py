@@ -94,6 +94,15 @@ class Limits:
         return self.overrides.get(tenant_id, self.default)
 
 
+def _without_a_bucket(limit: Limit) -> Verdict | None:
+    """The verdict when no bucket is needed: limits off (admit) or a burst of zero (refuse)."""
+    if not limit.enabled:
+        return Verdict(True)
+    if limit.burst < 1:
+        return _refused(1.0 / limit.rate_per_s)
+    return None
+
+
 def _refused(wait_s: float) -> Verdict:
     return Verdict(False, max(1, math.ceil(wait_s)))
 
@@ -109,10 +118,9 @@ class RedisAdmission:
 
     def admit(self, tenant_id: str) -> Verdict:
         limit = self.limits.of(tenant_id)
-        if not limit.enabled:
-            return Verdict(True)
-        if limit.burst < 1:
-            return _refused(1.0 / limit.rate_per_s)
+        settled = _without_a_bucket(limit)
+        if settled is not None:
+            return settled
         try:
             allowed, _, wait = self._script(
                 keys=[rate_bucket_key(self.prefix, tenant_id)],
@@ -139,10 +147,9 @@ class MemoryAdmission:
 
     def admit(self, tenant_id: str) -> Verdict:
         limit = self.limits.of(tenant_id)
-        if not limit.enabled:
-            return Verdict(True)
-        if limit.burst < 1:
-            return _refused(1.0 / limit.rate_per_s)
+        settled = _without_a_bucket(limit)
+        if settled is not None:
+            return settled
         with self._lock:
             now = self.clock()
             tokens, at = self._buckets.get(tenant_id, (float(limit.burst), now))

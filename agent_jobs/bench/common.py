@@ -11,6 +11,7 @@ from typing import Any
 
 from agent_jobs.config import load_settings
 from agent_jobs.core.errors import ConfigError
+from agent_jobs.core.polling import poll
 
 
 def require_services() -> tuple[str, str]:
@@ -37,14 +38,15 @@ def median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 
 
+def abba(round_index: int, pair: list[Any]) -> list[Any]:
+    """A pair in ABBA order: as given in even rounds, reversed in odd ones. The second of a pair
+    runs on a database a round larger and a machine that drifted, so neither side is always
+    second."""
+    return pair if round_index % 2 == 0 else pair[::-1]
+
+
 def wait(check: Callable[[], Any], timeout_s: float, every_s: float = 0.05, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise TimeoutError(f"benchmark timed out after {timeout_s:.0f} s {what}")
+    return poll(check, timeout_s=timeout_s, every_s=every_s, what=what)
 
 
 def bench_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from agent_jobs.bench.common import Phase, median, percentile, require_services
+from agent_jobs.bench.common import Phase, abba, median, percentile, require_services
 from agent_jobs.bench.common import progress as say
 
 TARGET_RATIO = 1.1
@@ -33,9 +33,7 @@ def run(
         ph.finish([ph.submit(t, {"steps": 0}) for t in [*tenants, "noisy"]])  # all queues known
         for r in range(rounds):
             pair = [("baseline", 1, base), (f"burst x{burst}", burst, loud)]
-            # ABBA: the second of a pair runs on a database a round's worth of events larger,
-            # so alternate which goes first rather than favour one side every round.
-            for label, copies, sink in pair if r % 2 == 0 else pair[::-1]:
+            for label, copies, sink in abba(r, pair):
                 steady = [ph.submit(t, {"steps": steps}) for t in tenants]
                 noisy = [ph.submit("noisy", {"steps": steps}) for _ in range(copies)]
                 ph.finish(steady + noisy)

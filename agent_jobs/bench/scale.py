@@ -10,7 +10,7 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
-from agent_jobs.bench.common import Phase, median, progress, require_services, wait
+from agent_jobs.bench.common import Phase, abba, median, progress, require_services, wait
 from agent_jobs.config import load_settings
 
 TARGET_RATIO = 0.8
@@ -45,8 +45,7 @@ def run(
         rates: dict[str, list[float]] = {base.name: [], scaled.name: []}
         consumed: dict[str, int] = {base.name: 0, scaled.name: 0}
         for r in range(rounds):
-            pair = [(base, 20), (scaled, active)]
-            for ph, n in pair if r % 2 == 0 else pair[::-1]:
+            for ph, n in abba(r, [(base, 20), (scaled, active)]):
                 rate, queues = _round(ph, n, show, f"round {r + 1}/{rounds}")
                 rates[ph.name].append(rate)
                 consumed[ph.name] = max(consumed[ph.name], queues)

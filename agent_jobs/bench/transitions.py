@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent_jobs.bench.common import bench_env, median, progress, require_services, wait
+from agent_jobs.bench.common import abba, bench_env, median, progress, require_services, wait
 from agent_jobs.bench.procs import start_workers, stop_all
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.names import tenant_queue
@@ -75,9 +75,7 @@ def run(
             )
 
         for r in range(rounds):
-            # ABBA: which side goes first alternates, so drift in the machine or the database
-            # (tables grow by a round each time) favours neither.
-            for one in (ours_round, floor_round) if r % 2 == 0 else (floor_round, ours_round):
+            for one in abba(r, [ours_round, floor_round]):
                 one(r)
             analyze(store)
     finally:

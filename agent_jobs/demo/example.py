@@ -8,7 +8,7 @@ from collections import Counter
 
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.states import TERMINAL, Status
-from agent_jobs.demo.harness import DemoEnv, Printer, timeline, wait_for
+from agent_jobs.demo.harness import DemoEnv, Printer, reconciling, timeline, wait_for
 
 
 def run(*, quiet: bool = False) -> int:
@@ -80,7 +80,7 @@ def run(*, quiet: bool = False) -> int:
         out.step(f"worker w-07 started (pid {w07.pid})")
         wait_for(
             "w-07 reconciling",
-            lambda: _reconciling(store, task_id, "w-07") and ledger.calls("lookup") >= 1,
+            lambda: reconciling(store, task_id, "w-07") and ledger.calls("lookup") >= 1,
         )
         out.step(
             "w-07: intent committed, transfer sent, response lost -> EXEC_UNKNOWN; "
@@ -101,11 +101,6 @@ def run(*, quiet: bool = False) -> int:
         for row in timeline(store.events(task_id)):
             out.line(row)
         return _checks(out, store, ledger, [task_id, *others], done.status)
-
-
-def _reconciling(store: object, task_id: str, owner: str) -> bool:
-    task = store.get(task_id)  # type: ignore[attr-defined]
-    return bool(task.status is Status.EXEC_UNKNOWN and task.lease_owner == owner)
 
 
 def _checks(

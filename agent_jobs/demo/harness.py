@@ -17,6 +17,8 @@ from typing import Any
 
 from agent_jobs.config import settings
 from agent_jobs.core.contracts import EventView
+from agent_jobs.core.polling import poll
+from agent_jobs.core.states import Status
 
 
 class DemoEnv:
@@ -101,13 +103,7 @@ class DemoEnv:
 def wait_for(
     what: str, check: Callable[[], Any], timeout_s: float = 60.0, every_s: float = 0.05
 ) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for: {what}")
+    return poll(check, timeout_s=timeout_s, every_s=every_s, what=what)
 
 
 class Printer:
@@ -123,10 +119,17 @@ class Printer:
         print(text, flush=True)
 
 
-def timeline(events: list[EventView]) -> list[str]:
-    """The task's trace, as an on-call engineer reads it: offsets, moves, who moved it."""
+def timeline(
+    events: list[EventView],
+    detail: Callable[[EventView], str] | None = None,
+    *,
+    type_width: int = 28,
+) -> list[str]:
+    """The task's trace, as an on-call engineer reads it: offsets, moves, who moved it, and
+    `detail` of each event (by default its reason, key, approval and error fields)."""
     if not events:
         return []
+    describe = detail or _detail
     t0 = events[0].at
     rows = []
     for e in events:
@@ -137,11 +140,18 @@ def timeline(events: list[EventView]) -> list[str]:
             else " " * 30
         )
         by = e.data.get("by") or e.data.get("approver") or ""
-        detail = {
-            k: v
-            for k, v in e.data.items()
-            if k in ("reason", "idempotency_key", "approval_id", "code", "detail")
-        }
-        extra = " ".join(f"{k}={v}" for k, v in detail.items())
-        rows.append(f"  +{offset:7.3f}s  {move} {e.type:<28} {by:<8} {extra}".rstrip())
+        rows.append(
+            f"  +{offset:7.3f}s  {move} {e.type:<{type_width}} {by:<8} {describe(e)}".rstrip()
+        )
     return rows
+
+
+def _detail(e: EventView) -> str:
+    keys = ("reason", "idempotency_key", "approval_id", "code", "detail")
+    return " ".join(f"{k}={v}" for k, v in e.data.items() if k in keys)
+
+
+def reconciling(store: Any, task_id: str, owner: str) -> bool:
+    """`owner` holds the task while it is in EXEC_UNKNOWN: the lookup by key is under way."""
+    task = store.get(task_id)
+    return bool(task.status is Status.EXEC_UNKNOWN and task.lease_owner == owner)

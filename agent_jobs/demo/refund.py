@@ -16,7 +16,7 @@ from typing import Any
 
 from agent_jobs.core.contracts import EventView, TaskRequest
 from agent_jobs.core.states import TERMINAL, Status
-from agent_jobs.demo.harness import DemoEnv, Printer, wait_for
+from agent_jobs.demo.harness import DemoEnv, Printer, reconciling, timeline, wait_for
 from agent_jobs.sim.server import SimServer
 from agent_jobs.sim.worlds import incident_8472
 from agent_jobs.tools.refund_tools import ORDERS_URL, PAYMENTS_URL, POLICIES_URL
@@ -93,7 +93,7 @@ def run(*, quiet: bool = False) -> int:
         out.step(f"worker w-07 started (pid {w07.pid})")
         wait_for(
             "w-07 reconciling",
-            lambda: _reconciling(store, task_id, "w-07") and _in_flight(sim, "refunds.get_by_key"),
+            lambda: reconciling(store, task_id, "w-07") and _in_flight(sim, "refunds.get_by_key"),
         )
         out.step(
             "w-07: intent committed, refund sent, response lost -> EXEC_UNKNOWN; "
@@ -112,7 +112,7 @@ def run(*, quiet: bool = False) -> int:
         events = store.events(task_id)
         out.line()
         out.line(f"timeline of {task_id} (trace {done.trace_id}):")
-        for row in timeline(events):
+        for row in timeline(events, _agent_detail, type_width=30):
             out.line(row)
         outcome: dict[str, Any] = done.outcome or {}
         out.line()
@@ -148,42 +148,22 @@ def _describe_investigation(out: Printer, state: dict[str, Any]) -> None:
     out.step(f"policy.search: {len(docs)} passages with provenance ({', '.join(docs[:3])}, ...)")
 
 
-def _reconciling(store: Any, task_id: str, owner: str) -> bool:
-    task = store.get(task_id)
-    return bool(task.status is Status.EXEC_UNKNOWN and task.lease_owner == owner)
-
-
 def _in_flight(sim: SimServer, operation: str) -> bool:
     return any(r["outcome"] == "in_flight" for r in sim.admin.requests(operation))
 
 
-def timeline(events: list[EventView]) -> list[str]:
-    """Transitions, model calls and tool calls, as an on-call engineer reads the trace."""
-    if not events:
-        return []
-    t0 = events[0].at
-    rows = []
-    for e in events:
-        d = e.data
-        move = (
-            f"{e.from_status.value if e.from_status else '':>12} -> {e.to_status.value:<13}"
-            if e.to_status
-            else " " * 30
+def _agent_detail(e: EventView) -> str:
+    """Model calls with their tokens and cost, tool calls with their outcome and scope."""
+    d = e.data
+    if e.type == "chat":
+        return (
+            f"{d.get('step_type')}: {d.get('input_tokens')} in / {d.get('output_tokens')} out"
+            f" tokens, INR {d.get('cost_inr')}"
         )
-        if e.type == "chat":
-            extra = (
-                f"{d.get('step_type')}: {d.get('input_tokens')} in / {d.get('output_tokens')} out"
-                f" tokens, INR {d.get('cost_inr')}"
-            )
-        elif e.type.startswith("execute_tool "):
-            extra = f"{d.get('outcome')}" + (f" ({d['code']})" if d.get("code") else "")
-            extra += f" scope={d.get('step_scope')}"
-        else:
-            extra = " ".join(f"{k}={d[k]}" for k in _DETAIL if d.get(k))
-        by = d.get("by") or d.get("approver") or ""
-        offset = (e.at - t0).total_seconds()
-        rows.append(f"  +{offset:7.3f}s  {move} {e.type:<30} {by:<8} {extra}".rstrip())
-    return rows
+    if e.type.startswith("execute_tool "):
+        extra = f"{d.get('outcome')}" + (f" ({d['code']})" if d.get("code") else "")
+        return extra + f" scope={d.get('step_scope')}"
+    return " ".join(f"{k}={d[k]}" for k in _DETAIL if d.get(k))
 
 
 def _checks(out: Printer, sim: SimServer, task: Any, deduplicated: bool) -> int:

@@ -49,6 +49,12 @@ class Session:
 
     def peek(self) -> wf.StepInput:
         """The input without copies, for a hook that only reads (`quick`)."""
+        return self._input(_same)
+
+    def inp(self) -> wf.StepInput:
+        return self._input(copy.deepcopy)
+
+    def _input(self, take: Callable[[Any], Any]) -> wf.StepInput:
         t = self.lease.task
         return wf.StepInput(
             task_id=t.id,
@@ -56,31 +62,18 @@ class Session:
             workflow=t.workflow,
             requester=t.requester,
             idempotency_key=t.idempotency_key,
-            input=t.input,
-            state=t.state,
-            pinned=t.pinned,
+            input=take(t.input),
+            state=take(t.state),
+            pinned=take(t.pinned),
             attempts=t.attempts,
             trace_id=t.trace_id,
             cancel_requested=t.cancel_requested,
             emit=self.emit,
         )
 
-    def inp(self) -> wf.StepInput:
-        t = self.lease.task
-        return wf.StepInput(
-            task_id=t.id,
-            tenant_id=t.tenant_id,
-            workflow=t.workflow,
-            requester=t.requester,
-            idempotency_key=t.idempotency_key,
-            input=copy.deepcopy(t.input),
-            state=copy.deepcopy(t.state),
-            pinned=copy.deepcopy(t.pinned),
-            attempts=t.attempts,
-            trace_id=t.trace_id,
-            cancel_requested=t.cancel_requested,
-            emit=self.emit,
-        )
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def with_runtime(

@@ -110,7 +110,7 @@ def _apply(  # noqa: PLR0917 - the two public functions above name every argumen
 
 # Postgres: the guarded UPDATE and the event INSERT in one statement, one round trip. The INSERT
 # reads the UPDATE's RETURNING, so when the CAS matches no row no event is written either.
-_PG_CAS_SQL = """
+_PG_CAS_TEMPLATE = """
 WITH u AS (
   UPDATE tasks SET
     status = :to_status,
@@ -128,45 +128,20 @@ WITH u AS (
     dispatched_at = CASE WHEN :dispatch THEN now() ELSE dispatched_at END
   WHERE id = :id AND version = :version AND lease_epoch = :epoch
     AND lease_owner IS NOT DISTINCT FROM CAST(:owner AS varchar)
-  RETURNING {columns}
+  RETURNING {returning}
 ), e AS (
   INSERT INTO task_events (task_id, seq, type, from_status, to_status, data, trace_id, at)
   SELECT id, event_seq, :event, :from_status, :to_status, CAST(:data AS jsonb), trace_id, now()
   FROM u
 )
-SELECT {columns} FROM u
-""".format(
-    # Named, never `*`: a column added by a migration lands at the end of the table.
-    columns=", ".join(c.name for c in tasks.c)
-)
-_PG_CAS = text(_PG_CAS_SQL).columns(*tasks.c)
-# The same, for callers that need no new row back (a quick step): half the decoding work.
-_PG_CAS_LEAN_SQL = """
-WITH u AS (
-  UPDATE tasks SET
-    status = :to_status,
-    version = version + 1,
-    event_seq = event_seq + 1,
-    updated_at = now(),
-    next_attempt_at = CASE WHEN CAST(:wake AS double precision) IS NULL THEN NULL
-        ELSE now() + make_interval(secs => CAST(:wake AS double precision)) END,
-    state = COALESCE(CAST(:state AS jsonb), state),
-    attempts = COALESCE(CAST(:attempts AS integer), attempts),
-    outcome = COALESCE(CAST(:outcome AS jsonb), outcome),
-    lease_owner = CASE WHEN :keep THEN lease_owner ELSE NULL END,
-    lease_expires_at = CASE WHEN :keep
-        THEN now() + make_interval(secs => CAST(:ttl AS double precision)) ELSE NULL END,
-    dispatched_at = CASE WHEN :dispatch THEN now() ELSE dispatched_at END
-  WHERE id = :id AND version = :version AND lease_epoch = :epoch
-    AND lease_owner IS NOT DISTINCT FROM CAST(:owner AS varchar)
-  RETURNING id, event_seq, trace_id
-), e AS (
-  INSERT INTO task_events (task_id, seq, type, from_status, to_status, data, trace_id, at)
-  SELECT id, event_seq, :event, :from_status, :to_status, CAST(:data AS jsonb), trace_id, now()
-  FROM u
-)
-SELECT id FROM u
+SELECT {selected} FROM u
 """
+# Named, never `*`: a column added by a migration lands at the end of the table.
+_ALL_COLUMNS = ", ".join(c.name for c in tasks.c)
+_PG_CAS_SQL = _PG_CAS_TEMPLATE.format(returning=_ALL_COLUMNS, selected=_ALL_COLUMNS)
+_PG_CAS = text(_PG_CAS_SQL).columns(*tasks.c)
+# The same, for callers that need no new row back (a quick step): only what the event needs.
+_PG_CAS_LEAN_SQL = _PG_CAS_TEMPLATE.format(returning="id, event_seq, trace_id", selected="id")
 _PG_CAS_LEAN = text(_PG_CAS_LEAN_SQL).columns(tasks.c.id)
 
 

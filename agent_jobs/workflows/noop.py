@@ -10,9 +10,35 @@ from agent_jobs.core.errors import InvalidInput
 from agent_jobs.orchestrator import workflow as wf
 
 
-class NoopWorkflow:
+class NoActions:
+    """The effect hooks of a workflow that never proposes a side effect: subclass it and write
+    `pinned`, `start` and `decide` (and `verify` for an outcome of your own). Any action that
+    reached it anyway is denied by its policy and rejected by its executor."""
+
+    policy = "NO-ACTIONS@1"
+
+    def authorize(self, inp: wf.StepInput, action: Action) -> wf.Authorization:
+        return wf.Authorization("deny", self.policy, "this workflow has no actions")
+
+    def execute(self, inp: wf.StepInput, action: Action) -> wf.EffectOutcome:
+        return wf.Rejected("no_actions")
+
+    def reconcile(self, inp: wf.StepInput, action: Action) -> wf.ReconcileResult:
+        return wf.NotFound()
+
+    def after_effect(
+        self, inp: wf.StepInput, action: Action, result: dict[str, Any]
+    ) -> wf.AfterEffect:
+        return wf.AfterEffect(dict(inp.state))
+
+    def verify(self, inp: wf.StepInput) -> wf.Verdict:
+        return wf.Complete({})
+
+
+class NoopWorkflow(NoActions):
     name = "noop"
     version = 1
+    policy = "NOOP@1"
 
     def pinned(self) -> dict[str, Any]:
         return {}
@@ -38,20 +64,6 @@ class NoopWorkflow:
         if left <= 0:
             return wf.ToVerify(inp.state)
         return wf.Observe({**inp.state, "left": left - 1}, note="noop")
-
-    def authorize(self, inp: wf.StepInput, action: Action) -> wf.Authorization:
-        return wf.Authorization("deny", "NOOP@1", "the no-op workflow has no actions")
-
-    def execute(self, inp: wf.StepInput, action: Action) -> wf.EffectOutcome:
-        return wf.Rejected("no_actions")
-
-    def reconcile(self, inp: wf.StepInput, action: Action) -> wf.ReconcileResult:
-        return wf.NotFound()
-
-    def after_effect(
-        self, inp: wf.StepInput, action: Action, result: dict[str, Any]
-    ) -> wf.AfterEffect:
-        return wf.AfterEffect(dict(inp.state))
 
     def verify(self, inp: wf.StepInput) -> wf.Verdict:
         return wf.Complete({"steps": inp.input.get("steps", 1)})

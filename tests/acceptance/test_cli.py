@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.live import wait_until
+
 pytestmark = pytest.mark.slow
 
 
@@ -123,47 +125,25 @@ def _status(tmp: Path, task_id: str) -> dict[str, object]:
 
 
 def _wait_status(tmp: Path, task_id: str, status: str, timeout_s: float = 60) -> dict[str, object]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def reached() -> dict[str, object] | None:
         view = _status(tmp, task_id)
-        if view["status"] == status:
-            return view
-        time.sleep(0.3)
-    raise AssertionError(f"{task_id} never reached {status}: {_status(tmp, task_id)}")
+        return view if view["status"] == status else None
+
+    return wait_until(f"{task_id} to reach {status}", reached, timeout_s, every_s=0.3)
+
+
+def _submit_payout(tmp: Path, key: str, payout: str) -> str:
+    """`agent-jobs submit` of an example payout for tenant acme, requested by alice; its id."""
+    args = ["--tenant", "acme", "--key", key, "--workflow", "example@1", "--input", payout]
+    return cli(tmp, "submit", *args, "--requester", "alice").stdout.strip()
 
 
 def test_submit_approve_deny_and_cancel_from_the_command_line(
     tmp_path: Path, runner: subprocess.Popen[str]
 ) -> None:
     payout = json.dumps({"account": "acc_1", "amount_minor": 250000, "reads": 0})
-    first = cli(
-        tmp_path,
-        "submit",
-        "--tenant",
-        "acme",
-        "--key",
-        "req-1",
-        "--workflow",
-        "example@1",
-        "--input",
-        payout,
-        "--requester",
-        "alice",
-    ).stdout.strip()
-    again = cli(
-        tmp_path,
-        "submit",
-        "--tenant",
-        "acme",
-        "--key",
-        "req-1",
-        "--workflow",
-        "example@1",
-        "--input",
-        payout,
-        "--requester",
-        "alice",
-    ).stdout.strip()
+    first = _submit_payout(tmp_path, "req-1", payout)
+    again = _submit_payout(tmp_path, "req-1", payout)
     assert first == again and first.startswith("tsk_")
     view = _wait_status(tmp_path, first, "APPROVAL_WAIT")
     assert view["display_status"] == "awaiting_approval"
@@ -176,38 +156,12 @@ def test_submit_approve_deny_and_cancel_from_the_command_line(
     done = _wait_status(tmp_path, first, "COMPLETED")
     assert done["outcome"]["verified"] is True  # type: ignore[index]
 
-    denied = cli(
-        tmp_path,
-        "submit",
-        "--tenant",
-        "acme",
-        "--key",
-        "req-2",
-        "--workflow",
-        "example@1",
-        "--input",
-        payout,
-        "--requester",
-        "alice",
-    ).stdout.strip()
+    denied = _submit_payout(tmp_path, "req-2", payout)
     _wait_status(tmp_path, denied, "APPROVAL_WAIT")
     cli(tmp_path, "deny", denied, "--as", "lead-41")
     _wait_status(tmp_path, denied, "FAILED")
 
-    parked = cli(
-        tmp_path,
-        "submit",
-        "--tenant",
-        "acme",
-        "--key",
-        "req-3",
-        "--workflow",
-        "example@1",
-        "--input",
-        payout,
-        "--requester",
-        "alice",
-    ).stdout.strip()
+    parked = _submit_payout(tmp_path, "req-3", payout)
     _wait_status(tmp_path, parked, "APPROVAL_WAIT")
     cli(tmp_path, "cancel", parked)
     _wait_status(tmp_path, parked, "CANCELLED")

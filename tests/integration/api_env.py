@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from agent_jobs.testing import TEST_SETTINGS, Harness
 from agent_jobs.workflows.example import ExampleWorkflow
 from agent_jobs.workflows.example_backend import ExampleBackend
 from agent_jobs.workflows.noop import NoopWorkflow
+from tests.support import live
 
 SECRET = "test-secret-0123456789-abcdefghijklmnop"
 
@@ -88,14 +88,7 @@ def harness_api(store: Any, ledger: Path, cfg: Settings | None = None) -> Harnes
 def wait_until(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
     """Poll `check` until it returns something truthy (a bound on waiting, not an assertion on
     how long the work took)."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.02)
-    raise AssertionError(f"gave up after {timeout_s} s waiting for {what} (last: {last!r})")
+    return live.wait_until(what, check, timeout_s, every_s=0.02)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from agent_jobs.core.contracts import Action, TaskRequest
+from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.names import tenant_inflight_key
 from agent_jobs.core.states import Status
 from agent_jobs.gateway import ModelCapSaturated, RedisModelSlots
@@ -22,6 +22,7 @@ from agent_jobs.testing import Harness
 from agent_jobs.workflows import default_registry
 from agent_jobs.workflows.example import ExampleWorkflow
 from agent_jobs.workflows.example_backend import ExampleBackend
+from agent_jobs.workflows.noop import NoActions
 
 pytestmark = pytest.mark.redis
 
@@ -115,7 +116,7 @@ def test_parked_tasks_free_their_slot(
     assert store.get(other).status is Status.COMPLETED
 
 
-class _NeedsTheModel:
+class _NeedsTheModel(NoActions):
     """A workflow whose decision needs a model-call slot."""
 
     name = "needs_model"
@@ -136,23 +137,6 @@ class _NeedsTheModel:
             raise ModelCapSaturated("all model slots are in use")
         self.slots.release(holder)
         return wf.ToVerify(dict(inp.state))
-
-    def authorize(self, inp: wf.StepInput, action: Action) -> wf.Authorization:
-        return wf.Authorization("deny", "X@1")
-
-    def execute(self, inp: wf.StepInput, action: Action) -> wf.EffectOutcome:
-        return wf.Rejected("none")
-
-    def reconcile(self, inp: wf.StepInput, action: Action) -> wf.ReconcileResult:
-        return wf.NotFound()
-
-    def after_effect(
-        self, inp: wf.StepInput, action: Action, result: dict[str, Any]
-    ) -> wf.AfterEffect:
-        return wf.AfterEffect(dict(inp.state))
-
-    def verify(self, inp: wf.StepInput) -> wf.Verdict:
-        return wf.Complete({})
 
 
 def test_a_saturated_model_cap_defers_without_a_worker_or_a_failure(

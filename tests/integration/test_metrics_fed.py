@@ -24,10 +24,8 @@ def _value(name: str, **labels: str) -> float:
     return float(REGISTRY.get_sample_value(name, labels) or 0.0)
 
 
-def test_a_refund_run_feeds_the_agent_metrics(sqlite_store: Any) -> None:
-    observer = PrometheusObserver()
-    route = "support-tier2@2026-03"
-    before = {
+def _agent_counters(route: str) -> dict[str, float]:
+    return {
         "policy": _value("agent_jobs_policy_decisions_total", policy="POL-REF-004@4",
                          decision="needs_approval"),
         "calls": _value("agent_jobs_model_calls_total", route=route, outcome="ok"),
@@ -36,6 +34,12 @@ def test_a_refund_run_feeds_the_agent_metrics(sqlite_store: Any) -> None:
         "unauthorised": _value("agent_jobs_unauthorised_actions_executed_total"),
         "created": _value("agent_jobs_tasks_created_total", workflow=WORKFLOW, via="python"),
     }  # fmt: skip
+
+
+def test_a_refund_run_feeds_the_agent_metrics(sqlite_store: Any) -> None:
+    observer = PrometheusObserver()
+    route = "support-tier2@2026-03"
+    before = _agent_counters(route)
     with SimServer(worlds.incident_8472()) as sim:
         services = dataclasses.replace(scripted_services(sim.base_url), observer=observer)
         registry = WorkflowRegistry()
@@ -49,15 +53,7 @@ def test_a_refund_run_feeds_the_agent_metrics(sqlite_store: Any) -> None:
         approval = sqlite_store.list_approvals("acme", status="pending", task_id=task.id)[0]
         h.orchestrator.decide_approval(approval.approval_id, "lead-41", grant=True)
         assert h.settle(task.id).status is Status.COMPLETED
-    after = {
-        "policy": _value("agent_jobs_policy_decisions_total", policy="POL-REF-004@4",
-                         decision="needs_approval"),
-        "calls": _value("agent_jobs_model_calls_total", route=route, outcome="ok"),
-        "tokens": _value("agent_jobs_model_tokens_total", route=route, kind="input"),
-        "refunds": _value("agent_jobs_tool_calls_total", tool="refunds.create", outcome="ok"),
-        "unauthorised": _value("agent_jobs_unauthorised_actions_executed_total"),
-        "created": _value("agent_jobs_tasks_created_total", workflow=WORKFLOW, via="python"),
-    }  # fmt: skip
+    after = _agent_counters(route)
     assert after["policy"] >= before["policy"] + 2  # the decision, and its revalidation on resume
     assert after["calls"] >= before["calls"] + 4
     assert after["tokens"] > before["tokens"]

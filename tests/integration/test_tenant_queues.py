@@ -11,17 +11,18 @@ from typing import Any
 
 import pytest
 
-from agent_jobs.core.contracts import Action, TaskRequest
+from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.names import tenant_queue
 from agent_jobs.core.states import Status
 from agent_jobs.orchestrator import workflow as wf
+from agent_jobs.workflows.noop import NoActions
 from tests.conftest import _truncate
 from tests.support.live import live_env, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
 
-class Counting:
+class Counting(NoActions):
     """Each decision takes 50 ms and counts how many of one tenant's run at once."""
 
     name = "counting"
@@ -49,23 +50,6 @@ class Counting:
         if left <= 0:
             return wf.ToVerify(dict(inp.state))
         return wf.Observe({**inp.state, "left": left - 1})
-
-    def authorize(self, inp: wf.StepInput, action: Action) -> wf.Authorization:
-        return wf.Authorization("deny", "X@1")
-
-    def execute(self, inp: wf.StepInput, action: Action) -> wf.EffectOutcome:
-        return wf.Rejected("none")
-
-    def reconcile(self, inp: wf.StepInput, action: Action) -> wf.ReconcileResult:
-        return wf.NotFound()
-
-    def after_effect(
-        self, inp: wf.StepInput, action: Action, result: dict[str, Any]
-    ) -> wf.AfterEffect:
-        return wf.AfterEffect(dict(inp.state))
-
-    def verify(self, inp: wf.StepInput) -> wf.Verdict:
-        return wf.Complete({})
 
 
 @pytest.fixture

@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from agent_jobs.core.polling import poll
 
 
 def wait_until(
     what: str, check: Callable[[], Any], timeout_s: float = 60.0, every_s: float = 0.05
 ) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")
+    try:
+        return poll(check, timeout_s=timeout_s, every_s=every_s, what=what)
+    except TimeoutError as exc:
+        raise AssertionError(str(exc)) from None
 
 
 @contextmanager
