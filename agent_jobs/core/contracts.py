@@ -9,28 +9,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent_jobs.core.hashing import action_hash as compute_action_hash
+from agent_jobs.core.identity import (  # re-exported: callers import them from here too
+    check_idempotency_key as check_idempotency_key,
+    check_subject as check_subject,
+    check_tenant_id as check_tenant_id,
+)
 from agent_jobs.core.states import Status
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 _WORKFLOW = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}@[0-9]{1,6}$")
-_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
-
-
-def check_tenant_id(value: str) -> str:
-    """Tenant ids end up in queue names and Redis keys, so they are kept to a safe alphabet."""
-    if not _NAME.match(value):
-        raise ValueError(
-            "tenant id must be 1-63 characters of a-z, 0-9, '_', '-', '.', starting alphanumeric"
-        )
-    return value
-
-
-def check_idempotency_key(value: str) -> str:
-    if not _KEY.match(value):
-        raise ValueError("idempotency key must be 1-255 printable ASCII characters, no spaces")
-    return value
-
-
 def validation_message(exc: ValidationError) -> str:
     """One line a person can act on: `field: problem; field: problem`."""
     parts = []
@@ -54,7 +40,7 @@ class TaskRequest(Frozen):
     @field_validator("workflow")
     @classmethod
     def _workflow(cls, v: str) -> str:
-        if not _WORKFLOW.match(v):
+        if not _WORKFLOW.fullmatch(v):
             raise ValueError("workflow must look like name@version, e.g. example@1")
         return v
 

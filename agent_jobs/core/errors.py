@@ -50,7 +50,14 @@ class NotFound(AgentJobsError):
 
 
 class InvalidInput(AgentJobsError):
+    """A workflow's input is not valid. `field` names the offending field (a dotted path, e.g.
+    `input.order_id`) when one can be named; the API answers 422 with it."""
+
     code = "invalid_input"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class ApprovalError(AgentJobsError):

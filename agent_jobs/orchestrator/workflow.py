@@ -117,7 +117,20 @@ class Unknown:
     reason: str
 
 
-EffectOutcome = Ok | Rejected | Unknown
+@dataclass(frozen=True)
+class Throttled:
+    """The system of record refused the call *before applying it* because of load (HTTP 429, or
+    503 with `Retry-After`): nothing happened, try again after `retry_after_s` with the same key.
+
+    Not an unknown outcome and not a send of the key: the orchestrator parks the task (holding
+    nothing), keeps the pending action and its consumed approval, and retries after the delay,
+    up to `throttle_max_wait_s` in total, then escalates with the reason."""
+
+    retry_after_s: float | None
+    reason: str = "throttled"
+
+
+EffectOutcome = Ok | Rejected | Unknown | Throttled
 
 
 @dataclass(frozen=True)
@@ -208,6 +221,16 @@ class Workflow(Protocol):
     def verify(self, inp: StepInput) -> Verdict:
         """VERIFYING: check the claims against verified facts."""
         ...
+
+
+class InputCheck(Protocol):
+    """Optional hook. Validate a submission's input against the workflow's own schema *before*
+    the task is created, so that a typo is refused at submit (HTTP 422 with the field, nothing
+    created, the idempotency key not consumed) instead of failing in a worker later. Raise
+    `InvalidInput` with a message that names the field; return None when the input is valid.
+    `start` still validates too (a task created by an older release may reach a newer worker)."""
+
+    def check_input(self, input: dict[str, Any]) -> None: ...
 
 
 class QuickSteps(Protocol):

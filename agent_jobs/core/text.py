@@ -1,0 +1,80 @@
+"""Content is data: the one rule for text that comes from outside.
+
+Text from business systems, tokens, users and the model may carry anything. The rule, applied at
+every boundary where such text enters (the store's write path, the API's bodies, tool results,
+model output) is:
+
+1. **Kept as given**, except the code points no store or wire can carry: NUL (Postgres refuses it
+   in `text` and `jsonb`) and lone surrogates (not encodable as UTF-8). Each becomes U+FFFD, the
+   replacement character, so the damage is visible and the rest of the value is untouched.
+   Decisions read the cleaned value, so the same input always leads to the same decision, whether
+   it came from memory or from the database.
+2. **Bounded where it enters**: each entry point has its own size limit (request bodies, tool
+   responses, model output); this module gives the helper to cut a string at a limit.
+3. **Escaped where it is shown**: a log line or a one-line message shows text through
+   `for_log()`: control and bidi characters escaped, cut to a length, so a value can neither
+   break a line nor reorder what a person reads.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+REPLACEMENT = "\ufffd"
+# NUL and the surrogate range: what JSON can spell ("\u0000", "\ud800") but storage cannot hold.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# Shown escaped in logs and one-line messages: C0/C1 controls, DEL, bidi embeddings, overrides
+# and isolates, zero-width and line/paragraph separators.
+_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
+LOG_MAX_CHARS = 200
+
+
+def clean_text(value: str) -> str:
+    """`value` with NUL and lone surrogates replaced by U+FFFD (everything else kept)."""
+    if _UNSTORABLE.search(value) is None:
+        return value  # the common case costs one scan and no copy
+    return _UNSTORABLE.sub(REPLACEMENT, value)
+
+
+def clean_json(value: Any) -> Any:
+    """`clean_text` applied to every string in a JSON-like value, keys included.
+
+    Returns the same object when nothing needed cleaning (no copy on the hot path)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        out: dict[Any, Any] | None = None
+        for i, (k, v) in enumerate(value.items()):
+            ck = clean_text(k) if isinstance(k, str) else k
+            cv = clean_json(v)
+            if out is None and (ck is not k or cv is not v):
+                out = dict(list(value.items())[:i])
+            if out is not None:
+                out[ck] = cv
+        return value if out is None else out
+    if isinstance(value, (list, tuple)):
+        items = [clean_json(v) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return items if isinstance(value, list) else tuple(items)
+    return value
+
+
+def is_clean(value: Any) -> bool:
+    """Whether `clean_json(value)` would change nothing."""
+    return clean_json(value) is value
+
+
+def cut(value: str, limit: int) -> str:
+    """At most `limit` characters, with an ellipsis when cut."""
+    return value if len(value) <= limit else value[: max(0, limit - 1)] + "…"
+
+
+def for_log(value: object, limit: int = LOG_MAX_CHARS) -> str:
+    """A value as it may appear in a log line or a one-line message: escaped and bounded."""
+    text = value if isinstance(value, str) else str(value)
+    text = cut(text, limit)
+    return _UNSHOWABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", _UNSTORABLE.sub(REPLACEMENT, text))
