@@ -71,6 +71,16 @@ class ApprovalError(AgentJobsError):
         self.reason = reason
 
 
+class SelfApproval(ApprovalError):
+    """The approver is the requester (compared by `core.identity.principal`, so case, width
+    and spacing variants of one name are one person). The API answers 403 `self_approval`."""
+
+    code = "self_approval"
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(approval_id, "the approver cannot be the requester")
+
+
 class UnknownWorkflow(AgentJobsError):
     code = "unknown_workflow"
 
