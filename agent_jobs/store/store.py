@@ -195,6 +195,16 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore):
             raise NotFound(f"task {task_id} not found")
         return task_from_row(row)
 
+    def get_by_key(self, tenant_id: str, idempotency_key: str) -> TaskRow:
+        """The tenant's task created with `idempotency_key`, or `NotFound` — how a sender that
+        submitted without reading the answer (a Celery-native sender) learns its task id."""
+        cond = (tasks.c.tenant_id == tenant_id) & (tasks.c.idempotency_key == idempotency_key)
+        with self.engine.connect() as conn:
+            row = conn.execute(select(tasks).where(cond)).first()
+        if row is None:
+            raise NotFound(f"no task with idempotency key {idempotency_key!r}")
+        return task_from_row(row)
+
     def list_tasks(
         self, tenant_id: str, *, status: Status | None = None, limit: int = 100
     ) -> list[TaskRow]:
