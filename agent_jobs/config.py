@@ -62,6 +62,9 @@ class Settings:
     retry_max_s: float = 300.0
     # EXEC_UNKNOWN: reconcile reads that fail are retried this many times, then ESCALATED.
     max_reconcile_attempts: int = 5
+    # A provider that throttles a side effect (429/503 + Retry-After, nothing applied) is waited
+    # for, with the same key, at most this long in total; then the task is escalated.
+    throttle_max_wait_s: float = 600.0
     sweep_batch: int = 500
     # Submissions that created nothing are kept this long for operators to see why, then
     # pruned by the retention sweeper; 0 keeps them forever.
@@ -96,6 +99,8 @@ class Settings:
     submit_max_retries: int = 5
     # `agent-jobs worker` serves its processes' metrics on this port (None: no exporter).
     worker_metrics_port: int | None = None
+    # The API serves /metrics on this port of `api_host`, never on its public port (None: off).
+    api_metrics_port: int | None = None
     # `agent-jobs flower` re-inspects the workers this often, so new tenant queues show up.
     flower_refresh_s: float = 5.0
     # A worker stops consuming a tenant's queue after it has been idle this long (and is empty).
@@ -216,6 +221,9 @@ def load_settings() -> Settings:
         max_reconcile_attempts=_int(
             "AGENT_JOBS_MAX_RECONCILE_ATTEMPTS", defaults.max_reconcile_attempts
         ),
+        throttle_max_wait_s=_float(
+            "AGENT_JOBS_THROTTLE_MAX_WAIT_S", defaults.throttle_max_wait_s
+        ),
         sweep_batch=_int("AGENT_JOBS_SWEEP_BATCH", defaults.sweep_batch),
         rejected_retention_days=_float(
             "AGENT_JOBS_REJECTED_RETENTION_DAYS", defaults.rejected_retention_days
@@ -240,6 +248,7 @@ def load_settings() -> Settings:
         rate_limits=_rate_limits(env.get("AGENT_JOBS_RATE_LIMITS")),
         submit_max_retries=_int("AGENT_JOBS_SUBMIT_MAX_RETRIES", defaults.submit_max_retries),
         worker_metrics_port=_optional_int("AGENT_JOBS_WORKER_METRICS_PORT"),
+        api_metrics_port=_optional_int("AGENT_JOBS_API_METRICS_PORT"),
         flower_refresh_s=_float("AGENT_JOBS_FLOWER_REFRESH_S", defaults.flower_refresh_s),
         tenant_idle_s=_float("AGENT_JOBS_TENANT_IDLE_S", defaults.tenant_idle_s),
         tenant_cap=_int("AGENT_JOBS_TENANT_CAP", defaults.tenant_cap),

@@ -9,14 +9,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent_jobs.core.hashing import action_hash as compute_action_hash
-from agent_jobs.core.identity import (  # re-exported: callers import them from here too
-    check_idempotency_key as check_idempotency_key,
-    check_subject as check_subject,
-    check_tenant_id as check_tenant_id,
+from agent_jobs.core.identity import (  # noqa: F401 - re-exported for existing callers
+    check_idempotency_key,
+    check_subject,
+    check_tenant_id,
 )
 from agent_jobs.core.states import Status
 
 _WORKFLOW = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}@[0-9]{1,6}$")
+
+
 def validation_message(exc: ValidationError) -> str:
     """One line a person can act on: `field: problem; field: problem`."""
     parts = []
@@ -74,6 +76,8 @@ class TaskView(Frozen):
     outcome: dict[str, Any] | None = None
     pending_action: dict[str, Any] | None = None
     approval_id: str | None = None
+    # The class and message of the last step that raised, while failures are consecutive.
+    last_error: str | None = None
 
 
 class EventView(Frozen):

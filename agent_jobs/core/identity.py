@@ -53,8 +53,8 @@ def check_subject(value: str) -> str:
 
 
 def principal(subject: str) -> str:
-    """The canonical identity of a subject: "Alice", " alice ", "ＡＬＩＣＥ" and "ALİCE"-style
-    compatibility variants are one person. NFKC folds compatibility forms (full-width letters),
+    """The canonical identity of a subject: "Alice", " alice " and its full-width spelling
+    are one person. NFKC folds compatibility forms (full-width letters),
     casefold folds case, and inner runs of white space become one space."""
     folded = unicodedata.normalize("NFKC", subject).casefold()
     folded = unicodedata.normalize("NFKC", folded)

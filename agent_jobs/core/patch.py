@@ -53,6 +53,8 @@ class Patch:
     # Seconds from the database clock until the task may be claimed again; None clears the timer.
     wake_in_s: float | None = None
     attempts: int | None = None
+    # A failed attempt's "Class: message", kept on the row until a step resets `attempts` to 0.
+    last_error: str | None = None
     # Keep the lease after committing: EXECUTING commits the intent and then calls the tool under
     # the same lease, so any *later* claim of an EXECUTING task means the caller lost its lease.
     keep_lease: bool = False

@@ -39,7 +39,9 @@ RUNNABLE: frozenset[Status] = frozenset(
 EFFECT_IN_FLIGHT: frozenset[Status] = frozenset({S.EXECUTING, S.EXEC_UNKNOWN})
 
 TRANSITIONS: dict[Status, frozenset[Status]] = {
-    S.RECEIVED: frozenset({S.RUNNING, S.CANCELLED, S.FAILED}),
+    # RECEIVED/VERIFYING -> RETRY_WAIT: a step that raised is a failed attempt, parked with
+    # backoff; RETRY_WAIT then resumes the status it failed in (the task's checkpoint is intact).
+    S.RECEIVED: frozenset({S.RUNNING, S.RETRY_WAIT, S.CANCELLED, S.FAILED}),
     # RUNNING -> RUNNING records a read step (an observation) without leaving the state.
     S.RUNNING: frozenset(
         {
@@ -53,21 +55,47 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
             S.CANCELLED,
         }
     ),
-    S.RETRY_WAIT: frozenset({S.RUNNING, S.FAILED, S.CANCELLED}),
-    S.APPROVAL_WAIT: frozenset({S.EXECUTING, S.RUNNING, S.ESCALATED, S.FAILED, S.CANCELLED}),
-    S.EXECUTING: frozenset({S.VERIFYING, S.RUNNING, S.EXEC_UNKNOWN, S.FAILED}),
+    # RETRY_WAIT -> the status whose step failed (RECEIVED, RUNNING, VERIFYING, EXECUTING). To
+    # EXECUTING also after a throttled call (429/503 + Retry-After: not applied), retried with the
+    # same key; ESCALATED when the throttling outlasts its bound.
+    # RETRY_WAIT -> RETRY_WAIT: its own step raised; parked again with backoff.
+    S.RETRY_WAIT: frozenset(
+        {
+            S.RUNNING,
+            S.RECEIVED,
+            S.VERIFYING,
+            S.EXECUTING,
+            S.RETRY_WAIT,
+            S.ESCALATED,
+            S.FAILED,
+            S.CANCELLED,
+        }
+    ),
+    # APPROVAL_WAIT -> APPROVAL_WAIT: a step that raised while waiting, parked with backoff.
+    S.APPROVAL_WAIT: frozenset(
+        {S.EXECUTING, S.RUNNING, S.APPROVAL_WAIT, S.ESCALATED, S.FAILED, S.CANCELLED}
+    ),
+    # EXECUTING -> RETRY_WAIT: throttled before commit (nothing applied), or the step raised
+    # (RETRY_WAIT resumes EXECUTING, whose next claim is a lost lease: EXEC_UNKNOWN, reconcile).
+    # EXECUTING -> ESCALATED: the throttling outlasted its bound, or the failures their count.
+    S.EXECUTING: frozenset(
+        {S.VERIFYING, S.RUNNING, S.EXEC_UNKNOWN, S.RETRY_WAIT, S.ESCALATED, S.FAILED}
+    ),
     # EXEC_UNKNOWN -> EXEC_UNKNOWN records a reconcile read that itself failed (the system of
     # record did not answer); the task stays unknown and the unknown-sweeper tries again later.
     # It is the only way to keep "look before you act" when the lookup is down, short of escalating.
     S.EXEC_UNKNOWN: frozenset(
         {S.VERIFYING, S.RUNNING, S.EXECUTING, S.APPROVAL_WAIT, S.ESCALATED, S.EXEC_UNKNOWN}
     ),
-    S.VERIFYING: frozenset({S.COMPLETED, S.RUNNING, S.ESCALATED}),
+    S.VERIFYING: frozenset({S.COMPLETED, S.RUNNING, S.RETRY_WAIT, S.ESCALATED}),
     S.COMPLETED: frozenset(),
     S.ESCALATED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
 }
+
+# Where a RETRY_WAIT may resume: the statuses whose failed step it parks.
+RESUMABLE: frozenset[Status] = frozenset({S.RECEIVED, S.RUNNING, S.VERIFYING, S.EXECUTING})
 
 
 def is_legal(frm: Status, to: Status) -> bool:

@@ -20,6 +20,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -61,6 +62,20 @@ def clean_json(value: Any) -> Any:
             return value
         return items if isinstance(value, list) else tuple(items)
     return value
+
+
+# What `json.dumps` (ASCII output) writes for NUL or any surrogate: a cheap test on the text
+# decides whether the value needs the slower walk. Valid non-BMP characters (emoji) are written
+# as surrogate pairs and take the walk too, which keeps them unchanged.
+_ESCAPED_UNSTORABLE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
+
+
+def to_json(value: Any) -> str:
+    """Compact JSON of `value` under the content rule: what every JSON column is written as."""
+    out = json.dumps(value, separators=(",", ":"))
+    if _ESCAPED_UNSTORABLE.search(out) is None:
+        return out
+    return json.dumps(clean_json(value), separators=(",", ":"))
 
 
 def is_clean(value: Any) -> bool:

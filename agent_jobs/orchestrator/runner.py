@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent_jobs.config import Settings
@@ -87,6 +87,8 @@ class StepReport:
     to_status: Status | None  # None: nothing to do, or the commit lost the race
     stale: bool = False
     tenant_id: str = ""
+    # The step raised; the failure was recorded as a failed attempt (or a dead letter).
+    failed: bool = False
     # The next step's message, published by run_step once the step's gate slot is given back.
     dispatch: Dispatch | None = None
 
@@ -124,9 +126,12 @@ class Orchestrator:
         via: str = "python",
     ) -> CreateResult:
         """Create (or find) the task and publish its first step."""
-        workflow = self.workflows.get(
-            request.workflow
-        )  # unknown workflow: refused, nothing written
+        # Unknown workflow or invalid input: refused before anything is written, so the caller
+        # can correct the payload and submit again under the same key.
+        workflow = self.workflows.get(request.workflow)
+        check = getattr(workflow, "check_input", None)
+        if check is not None:
+            check(dict(request.input))
         result = self.store.create_or_get(
             tenant_id,
             idempotency_key,
@@ -213,6 +218,18 @@ class Orchestrator:
         except _NeedsLease:
             # The "quick" step wanted an effect after all: rolled back; run it under a lease.
             lease = self.store.claim(task_id, owner, self.settings.lease_ttl_s)
+        except Exception as exc:
+            # A quick step raised (a hook, a write the database refused): rolled back. Record
+            # the failed attempt under a lease, so it is counted and bounded like any other.
+            log.exception("step for %s failed", task_id)
+            lease = self.store.claim(task_id, owner, self.settings.lease_ttl_s)
+            if lease is None:
+                return None
+            self.keeper.hold(lease)
+            try:
+                return self._record_failure(self._session_for(lease), exc)
+            finally:
+                self.keeper.drop(lease)
         if lease is None:
             return None  # another worker claimed it first
         return self._leased_step(lease, started)
@@ -270,6 +287,8 @@ class Orchestrator:
         try:
             report = self._advance(lease)
             result = "stale" if report.stale else ("noop" if report.to_status is None else "ok")
+            if report.failed:
+                result = "error"
             return report
         finally:
             self.keeper.drop(lease)
@@ -301,10 +320,9 @@ class Orchestrator:
             self.store.hold(task.id, exc.hold_for, lease=session.lease)
             self.observer.held(exc.hold_for)
             return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
-        except Exception:
-            log.exception("step for %s (%s) failed; releasing the lease", task.id, task.status)
-            self.store.release(session.lease)
-            raise
+        except Exception as exc:
+            log.exception("step for %s (%s) failed", task.id, task.status)
+            return self._record_failure(session, exc)
         if patch is None:
             self.store.release(session.lease)
             return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
@@ -328,7 +346,27 @@ class Orchestrator:
             return self.steps.retry_wait(s)
         raise AssertionError(f"claimed a task in {status}")  # terminal tasks are never claimed
 
+    def _session_for(self, lease: Lease) -> Session:
+        workflow = self._workflow(lease.task)
+        return self._session(lease, workflow if workflow is not None else _MISSING)
+
+    def _record_failure(self, s: Session, exc: BaseException) -> StepReport:
+        """Commit the failed attempt (`Steps.failed`) under the step's lease. Only if that
+        commit itself fails (the database is down) is the lease released and the error raised:
+        the sweepers then find the task again, and nothing was counted."""
+        try:
+            report = self._finish(s, self.steps.failed(s, exc))
+        except Exception:
+            log.exception("could not record the failed attempt of %s", s.lease.task_id)
+            try:
+                self.store.release(s.lease)
+            except Exception:
+                log.exception("could not release the lease of %s", s.lease.task_id)
+            raise
+        return replace(report, failed=True)
+
     def _finish(self, s: Session, patch: Patch) -> StepReport:
+        patch = self.steps.with_effects(s, patch)
         frm = s.lease.task.status
         try:
             result = self.store.commit(s.lease, patch, lease_ttl_s=self.settings.lease_ttl_s)

@@ -11,7 +11,7 @@ import copy
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent_jobs.config import Settings
@@ -19,9 +19,11 @@ from agent_jobs.core.contracts import Action, ApprovalView
 from agent_jobs.core.errors import Deferred, InvalidInput
 from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
 from agent_jobs.core.retry import backoff_s
-from agent_jobs.core.states import Status, is_legal
+from agent_jobs.core.states import EFFECT_IN_FLIGHT, RESUMABLE, Status, is_legal
+from agent_jobs.core.text import cut
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.orchestrator.ports import Observer
+from agent_jobs.policy.approvals import Grant, validate_grant
 from agent_jobs.store import Lease, Store
 from agent_jobs.store.ids import new_id
 
@@ -29,6 +31,28 @@ log = logging.getLogger(__name__)
 
 S = Status
 MAX_NOTES = 20
+# Committed effects remembered for the outcome (a task that ends after an effect says so).
+MAX_EFFECTS_LISTED = 20
+ERROR_MAX_CHARS = 500
+# Statuses that park on their own timer (each has a sweeper that wakes it when due): a failed
+# step there waits in place; any other status waits in RETRY_WAIT and resumes.
+SELF_PARKING = frozenset({S.APPROVAL_WAIT, S.EXEC_UNKNOWN, S.RETRY_WAIT})
+# A throttled call is retried no sooner than this, whatever Retry-After said.
+MIN_THROTTLE_DELAY_S = 0.05
+
+
+def error_text(exc: BaseException) -> str:
+    """`Class: message`, bounded: what a failed attempt records on the task row."""
+    return cut(f"{type(exc).__name__}: {exc}", ERROR_MAX_CHARS)
+
+
+def resume_status(raw: object) -> Status:
+    """Where a RETRY_WAIT resumes: the status whose step failed (RUNNING when none is named)."""
+    try:
+        status = Status(str(raw))
+    except ValueError:
+        return S.RUNNING
+    return status if status in RESUMABLE else S.RUNNING
 
 
 @dataclass
@@ -129,18 +153,85 @@ class Steps:
             outcome={"reason": reason, **extra},
         )
 
+    def failed(self, s: Session, exc: BaseException) -> Patch:
+        """Any exception that escaped a step (a hook, a write the database refused, a bug) is a
+        failed attempt: recorded on the row (`attempts`, `last_error`), parked with backoff, and
+        after `max_attempts` consecutive failures a dead letter. The state is not rewritten, so
+        the checkpoint a replay would resume from is the last one committed."""
+        error = error_text(exc)
+        status = s.task.status
+        attempt = s.task.attempts + 1
+        if attempt >= self.settings.max_attempts:
+            self.observer.dead_letter(s.task.workflow)
+            # Where an effect may have been sent, or has been, a person must look: ESCALATED.
+            escalate = status in EFFECT_IN_FLIGHT or not is_legal(status, S.FAILED)
+            reason = f"{attempt} consecutive failed attempts; last: {error}"
+            return Patch(
+                to=S.ESCALATED if escalate else S.FAILED,
+                event="dead_lettered",
+                data={"reason": error, "attempts": attempt, "step": status.value},
+                attempts=attempt,
+                last_error=error,
+                dead_letter=reason,
+                outcome={"reason": reason, "attempts": attempt, "dead_letter": True},
+            )
+        rt = s.runtime()
+        delay = backoff_s(
+            attempt, self.settings.retry_base_s, self.settings.retry_max_s, self.rand() * 0.999
+        )
+        to = status
+        if status not in SELF_PARKING:
+            to = S.RETRY_WAIT  # RETRY_WAIT's own step resumes the status that failed
+            rt["resume"] = status.value
+        return Patch(
+            to=to,
+            event="step_failed",
+            data={"error": error, "attempt": attempt, "retry_in_s": round(delay, 3)},
+            state=with_runtime(None, s.task.state, rt),
+            attempts=attempt,
+            last_error=error,
+            wake_in_s=delay,
+        )
+
     def cancelled(self, s: Session) -> Patch:
         rt = s.runtime()
         use = None
         if rt.get("approval_id"):
             use = ApprovalUse(rt["approval_id"], "void")
+        effect = None
+        if rt.get("throttle") and rt.get("pending_action"):
+            # Parked after a throttled call: the system of record said it applied nothing.
+            action = Action.model_validate(rt["pending_action"])
+            effect = EffectWrite(action, "failed", {"code": "throttled_then_cancelled"})
         return Patch(
             to=S.CANCELLED,
             event="cancelled",
             data={},
             outcome={"cancelled": True},
             approval_use=use,
+            effect=effect,
         )
+
+    @staticmethod
+    def with_effects(s: Session, patch: Patch) -> Patch:
+        """A task that ends after committing effects says so in its outcome: a cancellation or
+        an escalation never reads as "nothing happened" with a refund in the ledger."""
+        if not patch.terminal:
+            return patch
+        state = patch.state if patch.state is not None else s.task.state
+        done = (state.get("runtime") or {}).get("effects_committed") or []
+        if not done:
+            return patch
+        outcome = dict(patch.outcome or {})
+        outcome.setdefault("effects_committed", done)
+        if patch.to is S.CANCELLED:
+            outcome.setdefault(
+                "reason",
+                f"cancelled after {len(done)} effect(s) had committed; they stand",
+            )
+        data = dict(patch.data)
+        data.setdefault("effects_committed", len(done))
+        return replace(patch, outcome=outcome, data=data)
 
     def retry(
         self, s: Session, reason: str, state: dict[str, Any] | None, after: float | None = None
@@ -270,7 +361,10 @@ class Steps:
                 attempts=0,
             )
         rt["pending_action"] = action.model_dump(mode="json")
+        # Counters are per effect: a new action starts with none of the last one's failures.
         rt["effect_attempts"] = 0
+        rt["reconcile_failures"] = 0
+        rt.pop("throttle", None)
         if auth.kind == "needs_approval":
             approval_id = new_id("apr")
             rt["approval_id"] = approval_id
@@ -322,11 +416,15 @@ class Steps:
     def effect_outcome(self, s: Session, action: Action, outcome: wf.EffectOutcome) -> Patch:
         rt = s.runtime()
         summary = action_summary(action)
+        if isinstance(outcome, wf.Throttled):
+            return self.throttled(s, action, outcome, rt)
+        rt.pop("throttle", None)
         if isinstance(outcome, wf.Ok):
             return self.committed(s, action, outcome.result, rt, event="effect_committed")
         if isinstance(outcome, wf.Rejected):
             rt["pending_action"] = None
             rt["effect_attempts"] = 0
+            rt["reconcile_failures"] = 0
             note(rt, "effect_rejected", code=outcome.code, message=outcome.message, **summary)
             return Patch(
                 to=S.RUNNING,
@@ -358,6 +456,50 @@ class Steps:
             wake_in_s=wake,
         )
 
+    def throttled(
+        self, s: Session, action: Action, outcome: wf.Throttled, rt: dict[str, Any]
+    ) -> Patch:
+        """429/503 + Retry-After before commit: nothing was applied. Not an unknown outcome and
+        not a send of the key: park (holding nothing), keep the pending action and its consumed
+        approval, resend with the same key after the delay; escalate once the total wait would
+        pass `throttle_max_wait_s`."""
+        info = dict(rt.get("throttle") or {})
+        count = int(info.get("count", 0)) + 1
+        if outcome.retry_after_s is None:
+            delay = backoff_s(
+                count, self.settings.retry_base_s, self.settings.retry_max_s, self.rand() * 0.999
+            )
+        else:
+            delay = outcome.retry_after_s
+        delay = max(MIN_THROTTLE_DELAY_S, float(delay))
+        waited = float(info.get("waited_s", 0.0)) + delay
+        reason = cut(outcome.reason, 200)
+        summary = action_summary(action)
+        if waited > self.settings.throttle_max_wait_s:
+            rt.pop("throttle", None)
+            rt["pending_action"] = None
+            why = (
+                f"the provider throttled the call for {waited - delay:.0f}s and asked for "
+                f"{delay:.0f}s more, past the bound of {self.settings.throttle_max_wait_s:.0f}s; "
+                "it was not applied"
+            )
+            return Patch(
+                to=S.ESCALATED,
+                event="throttle_exhausted",
+                data={**summary, "reason": reason, "waited_s": round(waited - delay, 3)},
+                state=with_runtime(None, s.task.state, rt),
+                effect=EffectWrite(action, "failed", {"code": "throttled"}),
+                outcome={"reason": why},
+            )
+        rt["throttle"] = {"count": count, "waited_s": round(waited, 3), "reason": reason}
+        return Patch(
+            to=S.RETRY_WAIT,
+            event="effect_throttled",
+            data={**summary, "reason": reason, "retry_in_s": round(delay, 3), "count": count},
+            state=with_runtime(None, s.task.state, rt),
+            wake_in_s=delay,
+        )
+
     def committed(
         self, s: Session, action: Action, result: dict[str, Any], rt: dict[str, Any], *, event: str
     ) -> Patch:
@@ -369,7 +511,11 @@ class Steps:
             state, verify = None, False
         rt["pending_action"] = None
         rt["effect_attempts"] = 0
+        rt["reconcile_failures"] = 0
         rt["last_effect"] = {**action_summary(action), "status": "committed"}
+        done = list(rt.get("effects_committed") or [])
+        done.append({"tool": action.tool, "idempotency_key": action.idempotency_key})
+        rt["effects_committed"] = done[-MAX_EFFECTS_LISTED:]
         note(rt, "effect_committed", **action_summary(action))
         return Patch(
             to=S.VERIFYING if verify else S.RUNNING,
@@ -533,24 +679,26 @@ class Steps:
     def granted(
         self, s: Session, approval: ApprovalView, action: Action, rt: dict[str, Any], now: Any
     ) -> Patch:
-        """Revalidate before acting: same action hash, unused, unexpired, not self-approved, and
-        the policy of today still agrees (policy is evaluated again on resume)."""
-        problem = None
-        if approval.action_hash != action.action_hash:
-            problem = "action_changed"
-        elif approval.used_at is not None:
-            problem = "used"
-        elif approval.expires_at <= now:
-            problem = "expired"
-        elif approval.approver == approval.requester:
-            problem = "self_approval"
-        auth = None
-        if problem is None:
-            auth = self.authorize(s, action)
-            if auth.kind == "deny":
-                problem = "policy_denies_now"
-            elif auth.policy_version != approval.policy_version:
-                problem = "policy_changed"
+        """Revalidate before acting, with the one grant check (`policy.approvals.validate_grant`,
+        the seed's `validateGrant`): used, not granted, action changed, expired, self-approval,
+        policy changed — and the policy of today must still not deny it (policy is evaluated
+        again on resume)."""
+        auth = self.authorize(s, action)
+        grant = Grant(
+            approval_id=approval.approval_id,
+            action_hash=approval.action_hash,
+            policy_version=approval.policy_version,
+            requester=approval.requester,
+            approver=approval.approver,
+            status=approval.status,
+            expires_at=approval.expires_at,
+            used_at=approval.used_at,
+        )
+        problem: str | None = validate_grant(
+            grant, action.action_hash, auth.policy_version, now
+        ).reason
+        if problem is None and auth.kind == "deny":
+            problem = "policy_denies_now"
         if problem is not None:
             rt["pending_action"] = None
             rt["approval_id"] = None
@@ -564,7 +712,6 @@ class Steps:
                     approval.approval_id, "expired" if problem == "expired" else "void"
                 ),
             )
-        assert auth is not None
         intent = Patch(
             to=S.EXECUTING,
             event="intent_recorded",
@@ -587,7 +734,32 @@ class Steps:
     def retry_wait(self, s: Session) -> Patch:
         if s.task.cancel_requested:
             return self.cancelled(s)
-        return Patch(to=S.RUNNING, event="retry_due", data={"attempt": s.task.attempts})
+        rt = s.runtime()
+        if rt.get("throttle") and rt.get("pending_action"):
+            return self.resend_after_throttle(s, rt)
+        if "resume" not in rt:  # the common case: a Retry decision, back to RUNNING
+            return Patch(to=S.RUNNING, event="retry_due", data={"attempt": s.task.attempts})
+        resume = resume_status(rt.pop("resume"))
+        return Patch(
+            to=resume,
+            event="retry_due",
+            data={"attempt": s.task.attempts, "resume": resume.value},
+            state=with_runtime(None, s.task.state, rt),
+        )
+
+    def resend_after_throttle(self, s: Session, rt: dict[str, Any]) -> Patch:
+        """The throttled call again, with the same key: the intent still stands (it was never
+        applied), and so does the approval consumed with it."""
+        action = Action.model_validate(rt["pending_action"])
+        throttle = rt.get("throttle") or {}
+        intent = Patch(
+            to=S.EXECUTING,
+            event="resend_after_throttle",
+            data={**action_summary(action), "waited_s": throttle.get("waited_s", 0.0)},
+            state=with_runtime(None, s.task.state, rt),
+            keep_lease=True,
+        )
+        return self.execute_after(s, intent, action)
 
     def verifying(self, s: Session) -> Patch:
         rt = s.runtime()
@@ -597,23 +769,8 @@ class Steps:
             raise
         except Exception as exc:
             log.exception("verify raised for %s", s.task.id)
-            attempt = s.task.attempts + 1
-            if attempt >= self.settings.max_attempts:
-                return Patch(
-                    to=S.ESCALATED,
-                    event="verify_exhausted",
-                    data={"reason": str(exc)[:200]},
-                    attempts=attempt,
-                    outcome={"reason": "verification kept failing"},
-                )
-            note(rt, "verify_error", error=f"{type(exc).__name__}: {exc}"[:200])
-            return Patch(
-                to=S.RUNNING,
-                event="verify_error",
-                data={"error": str(exc)[:200]},
-                state=with_runtime(None, s.task.state, rt),
-                attempts=attempt,
-            )
+            return self.verify_failed(s, rt, exc)
+        rt.pop("verify_failures", None)
         if isinstance(verdict, wf.Complete):
             outcome = dict(verdict.outcome)
             if s.task.cancel_requested:
@@ -626,6 +783,16 @@ class Steps:
                 outcome=outcome,
             )
         if isinstance(verdict, wf.Redraft):
+            redrafts = int(rt.get("redrafts", 0)) + 1
+            rt["redrafts"] = redrafts
+            if redrafts > self.settings.max_attempts:
+                return Patch(
+                    to=S.ESCALATED,
+                    event="redraft_exhausted",
+                    data={"reason": cut(verdict.reason, 200), "redrafts": redrafts - 1},
+                    state=with_runtime(verdict.state, s.task.state, rt),
+                    outcome={"reason": "the draft kept failing verification"},
+                )
             note(rt, "redraft", reason=verdict.reason)
             return Patch(
                 to=S.RUNNING,
@@ -639,4 +806,32 @@ class Steps:
             data={"reason": verdict.reason},
             state=with_runtime(verdict.state, s.task.state, rt),
             outcome={"reason": verdict.reason},
+        )
+
+    def verify_failed(self, s: Session, rt: dict[str, Any], exc: Exception) -> Patch:
+        """A verifier that raises is retried in VERIFYING with backoff (not bounced through
+        RUNNING, where a read step would reset the count), then escalated."""
+        error = error_text(exc)
+        failures = int(rt.get("verify_failures", 0)) + 1
+        rt["verify_failures"] = failures
+        if failures >= self.settings.max_attempts:
+            return Patch(
+                to=S.ESCALATED,
+                event="verify_exhausted",
+                data={"reason": cut(error, 200), "attempts": failures},
+                state=with_runtime(None, s.task.state, rt),
+                last_error=error,
+                outcome={"reason": "verification kept failing", "error": error},
+            )
+        delay = backoff_s(
+            failures, self.settings.retry_base_s, self.settings.retry_max_s, self.rand() * 0.999
+        )
+        rt["resume"] = S.VERIFYING.value
+        return Patch(
+            to=S.RETRY_WAIT,
+            event="verify_error",
+            data={"error": cut(error, 200), "attempt": failures, "retry_in_s": round(delay, 3)},
+            state=with_runtime(None, s.task.state, rt),
+            last_error=error,
+            wake_in_s=delay,
         )

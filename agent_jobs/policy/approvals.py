@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Literal
 
 from agent_jobs.core.contracts import ApprovalStatus, Frozen
+from agent_jobs.core.identity import same_principal
 
 GrantFailure = Literal[
     "used", "not_granted", "action_changed", "expired", "self_approval", "policy_changed"
@@ -40,16 +41,9 @@ class GrantCheck(Frozen):
 _OK = GrantCheck(ok=True)
 
 
-def _same_person(a: str | None, b: str | None) -> bool:
-    # Case and surrounding space must not turn one person into two.
-    if a is None or b is None:
-        return False
-    return a.strip().casefold() == b.strip().casefold()
-
-
 def check_approver(requester: str, approver: str) -> GrantCheck:
     """Whether `approver` may decide a request made by `requester` (never their own)."""
-    if not approver.strip() or _same_person(requester, approver):
+    if not approver.strip() or same_principal(requester, approver):
         return GrantCheck(ok=False, reason="self_approval")
     return _OK
 
@@ -75,7 +69,7 @@ def validate_grant(
         return GrantCheck(ok=False, reason="action_changed")
     if grant.status == "expired" or now >= grant.expires_at:
         return GrantCheck(ok=False, reason="expired")
-    if _same_person(grant.approver, grant.requester):
+    if same_principal(grant.approver, grant.requester):
         return GrantCheck(ok=False, reason="self_approval")
     if grant.policy_version != current_policy_version:
         return GrantCheck(ok=False, reason="policy_changed")

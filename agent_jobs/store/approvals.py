@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from sqlalchemy import and_, select, update
 
 from agent_jobs.core.contracts import ApprovalView
-from agent_jobs.core.errors import ApprovalError, NotFound
+from agent_jobs.core.errors import ApprovalError, NotFound, SelfApproval
+from agent_jobs.core.identity import principal, same_principal
 from agent_jobs.core.states import Status
+from agent_jobs.core.text import cut
 from agent_jobs.store.base import StoreBase
 from agent_jobs.store.rows import Dispatch, approval_from_row
 from agent_jobs.store.schema import approvals, tasks
@@ -20,10 +22,6 @@ from agent_jobs.store.writes import append_event
 class DecisionResult:
     approval: ApprovalView
     dispatch: Dispatch | None
-
-
-def _identity(subject: str) -> str:
-    return subject.strip().casefold()
 
 
 class ApprovalStore(StoreBase):
@@ -75,9 +73,10 @@ class ApprovalStore(StoreBase):
         current = self.approval(approval_id, tenant_id)
         if not approver.strip():
             raise ApprovalError(approval_id, "an approver must be named")
-        # "Alice" and " alice" are the same person: compare identities, not spellings.
-        if _identity(current.requester) == _identity(approver):
-            raise ApprovalError(approval_id, "the approver cannot be the requester")
+        # "Alice", " alice" and a full-width "Alice" are one person: compare principals.
+        # The database's guard below and its check constraint compare the same principal.
+        if same_principal(current.requester, approver):
+            raise SelfApproval(approval_id)
         status = "granted" if grant else "denied"
         with self.tx() as conn:
             row = conn.execute(
@@ -86,9 +85,14 @@ class ApprovalStore(StoreBase):
                     (approvals.c.id == approval_id)
                     & (approvals.c.status == "pending")
                     & (approvals.c.expires_at > db_now())
-                    & (approvals.c.requester != approver)
+                    & (approvals.c.requester_principal != principal(approver))
                 )
-                .values(status=status, approver=approver, decided_at=db_now())
+                .values(
+                    status=status,
+                    approver=approver,
+                    approver_principal=principal(approver),
+                    decided_at=db_now(),
+                )
                 .returning(approvals)
             ).first()
             if row is None:
@@ -111,7 +115,7 @@ class ApprovalStore(StoreBase):
                 conn,
                 view.task_id,
                 f"approval_{status}",
-                {"approval_id": approval_id, "approver": approver, "note": note[:200]},
+                {"approval_id": approval_id, "approver": approver, "note": cut(note, 200)},
             )
         dispatch = Dispatch(woke[0], woke[1]) if woke is not None else None
         return DecisionResult(view, dispatch)

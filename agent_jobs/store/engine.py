@@ -9,16 +9,46 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.pool import NullPool
 
 from agent_jobs.core.errors import ConfigError
+from agent_jobs.core.text import clean_text, to_json
+
+
+def _clean_params(params: Any) -> Any:
+    """The content rule (core.text) for text columns: NUL and lone surrogates in a string
+    parameter become U+FFFD, so no value from outside can make the database refuse a write.
+    JSON columns are cleaned by the engine's serializer (`to_json`)."""
+    if isinstance(params, dict):
+        out = None
+        for k, v in params.items():
+            if isinstance(v, str):
+                c = clean_text(v)
+                if c is not v:
+                    out = out if out is not None else dict(params)
+                    out[k] = c
+        return params if out is None else out
+    if isinstance(params, (list, tuple)):
+        items = [_clean_params(p) if isinstance(p, (dict, list, tuple)) else p for p in params]
+        items = [clean_text(p) if isinstance(p, str) else p for p in items]
+        return type(params)(items) if isinstance(params, tuple) else items
+    return params
+
+
+def _install_content_rule(engine: Engine) -> None:
+    @event.listens_for(engine, "before_cursor_execute", retval=True)
+    def _clean(*args: Any) -> tuple[str, Any]:
+        # (conn, cursor, statement, parameters, context, executemany)
+        return args[2], _clean_params(args[3])
 
 
 def make_engine(url: str, *, pool_size: int = 5) -> Engine:
     """Create an engine for `url`. SQLite gets WAL and a busy timeout so the embedded worker's
     threads and a CLI in another process can share one file."""
     if url.startswith("sqlite"):
-        return _sqlite_engine(url)
+        engine = _sqlite_engine(url)
+        _install_content_rule(engine)
+        return engine
     if url.startswith(("postgresql", "postgres")):
         url = normalize_pg_url(url)
-        return create_engine(
+        engine = create_engine(
             url,
             pool_size=pool_size,
             max_overflow=10,
@@ -28,7 +58,10 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
             pool_recycle=1800,
             # One statement per round trip; the hot path is a handful of short transactions.
             connect_args={"application_name": f"agent_jobs:{os.getpid()}"},
+            json_serializer=to_json,
         )
+        _install_content_rule(engine)
+        return engine
     raise ConfigError(
         f"unsupported database URL {url.split(':', 1)[0]!r}: use postgresql or sqlite"
     )
@@ -45,7 +78,10 @@ def normalize_pg_url(url: str) -> str:
 
 def _sqlite_engine(url: str) -> Engine:
     memory = url in ("sqlite://", "sqlite:///:memory:")
-    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": 30}}
+    kwargs: dict[str, Any] = {
+        "connect_args": {"check_same_thread": False, "timeout": 30},
+        "json_serializer": to_json,
+    }
     if not memory:
         # A pool of file connections would hold write locks across checkouts; a fresh connection
         # per use is cheap for SQLite and keeps every transaction short.

@@ -39,6 +39,7 @@ class TaskRow:
     trace_id: str
     created_at: datetime
     updated_at: datetime
+    last_error: str | None = None
 
     @property
     def cancel_requested(self) -> bool:
@@ -62,6 +63,7 @@ class TaskRow:
             outcome=self.outcome,
             pending_action=pending if isinstance(pending, dict) else None,
             approval_id=runtime.get("approval_id"),
+            last_error=self.last_error,
         )
 
 
@@ -93,6 +95,7 @@ def task_from_row(row: Row[Any]) -> TaskRow:
         trace_id=m["trace_id"],
         created_at=m["created_at"],
         updated_at=m["updated_at"],
+        last_error=m.get("last_error"),
     )
 
 

@@ -6,6 +6,8 @@ is due, not what the table holds (invariant 10): finished tasks never enter thos
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     CheckConstraint,
     Column,
@@ -16,10 +18,12 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     Table,
+    Text,
     UniqueConstraint,
     text,
 )
 
+from agent_jobs.core.identity import principal
 from agent_jobs.core.states import PARKED, RUNNABLE, Status
 from agent_jobs.store.types import JsonType, UTCDateTime
 
@@ -85,6 +89,9 @@ tasks = Table(
     Column("trace_id", String(32), nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
+    # The class and message of the last step that raised (a failed attempt); cleared when a
+    # step makes progress again (attempts back to 0). Added by migration 0005: last column.
+    Column("last_error", Text),
     UniqueConstraint("tenant_id", "idempotency_key"),
     CheckConstraint(f"status IN {ALL_STATUSES}", name="status"),
     Index("ix_tasks_tenant_created", "tenant_id", "created_at"),
@@ -162,6 +169,12 @@ effects = Table(
     CheckConstraint("status IN ('intent', 'committed', 'unknown', 'failed')", name="status"),
 )
 
+
+def _requester_principal(context: Any) -> str:
+    """Filled in for any insert that does not name it (bench data, tests' seeds)."""
+    return principal(context.get_current_parameters()["requester"])
+
+
 approvals = Table(
     "approvals",
     metadata,
@@ -181,11 +194,19 @@ approvals = Table(
     Column("expires_at", UTCDateTime(), nullable=False),
     Column("decided_at", UTCDateTime()),
     Column("used_at", UTCDateTime()),
+    # `core.identity.principal` of each subject: what "the same person" means, for the database
+    # as for the code (migration 0005).
+    Column("requester_principal", String(255), nullable=False, default=_requester_principal),
+    Column("approver_principal", String(255)),
     CheckConstraint(
         "status IN ('pending', 'granted', 'denied', 'expired', 'used', 'void')", name="status"
     ),
     # The approver is never the requester, enforced by the database as well as the code.
     CheckConstraint("approver IS NULL OR approver <> requester", name="not_self_approved"),
+    CheckConstraint(
+        "approver_principal IS NULL OR approver_principal <> requester_principal",
+        name="not_self_approved_principal",
+    ),
     Index("ix_approvals_tenant_status", "tenant_id", "status"),
     Index("ix_approvals_task", "task_id"),
     Index(

@@ -6,15 +6,16 @@ Nothing else in the code base writes `tasks.status`.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sqlalchemy import Connection, Row, insert, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agent_jobs.core.errors import ApprovalError, StaleTransition
+from agent_jobs.core.identity import principal
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import RUNNABLE, Status, check_transition
+from agent_jobs.core.text import to_json
 from agent_jobs.store import prepared
 from agent_jobs.store.rows import Dispatch, TaskRow, task_from_row
 from agent_jobs.store.schema import approvals, dead_letters, effects, task_events, tasks
@@ -121,6 +122,8 @@ WITH u AS (
         ELSE now() + make_interval(secs => CAST(:wake AS double precision)) END,
     state = COALESCE(CAST(:state AS jsonb), state),
     attempts = COALESCE(CAST(:attempts AS integer), attempts),
+    last_error = CASE WHEN CAST(:attempts AS integer) = 0 THEN NULL
+        ELSE COALESCE(CAST(:last_error AS text), last_error) END,
     outcome = COALESCE(CAST(:outcome AS jsonb), outcome),
     lease_owner = CASE WHEN :keep THEN lease_owner ELSE NULL END,
     lease_expires_at = CASE WHEN :keep
@@ -152,6 +155,7 @@ _CAS_TYPES = {
     "wake": "double precision",
     "state": "jsonb",
     "attempts": "integer",
+    "last_error": "text",
     "outcome": "jsonb",
     "keep": "boolean",
     "ttl": "double precision",
@@ -171,7 +175,7 @@ _PG_CAS_LEAN_PREPARED = prepared.from_text(
 
 
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
+    return None if value is None else to_json(value)
 
 
 def _cas_postgres(
@@ -195,6 +199,7 @@ def _cas_postgres(
             "wake": patch.wake_in_s,
             "state": _json(patch.state),
             "attempts": patch.attempts,
+            "last_error": patch.last_error,
             "outcome": _json(patch.outcome),
             "keep": patch.keep_lease,
             "ttl": lease_ttl_s,
@@ -234,6 +239,10 @@ def _cas_generic(
         values["state"] = patch.state
     if patch.attempts is not None:
         values["attempts"] = patch.attempts
+    if patch.last_error is not None:
+        values["last_error"] = patch.last_error
+    elif patch.attempts == 0:
+        values["last_error"] = None
     if patch.outcome is not None:
         values["outcome"] = patch.outcome
     if patch.keep_lease:
@@ -333,6 +342,7 @@ def _write_approval(conn: Connection, task: TaskRow, patch: Patch) -> None:
                 action_hash=req.action.action_hash,
                 policy_version=req.policy_version,
                 requester=req.requester,
+                requester_principal=principal(req.requester),
                 approver=None,
                 status="pending",
                 reason=req.reason[:500],

@@ -451,6 +451,7 @@ def bulk_approvals(conn: Connection, prefix: str, status: str, expires_in_s: flo
         literal(act.action_hash),
         literal("refund-policy@7"),
         literal("agent:planner"),
+        literal("agent:planner"),  # requester_principal
         literal(status),
         literal("seeded"),
         db_now_plus(-3600.0),
@@ -468,6 +469,7 @@ def bulk_approvals(conn: Connection, prefix: str, status: str, expires_in_s: flo
                 "action_hash",
                 "policy_version",
                 "requester",
+                "requester_principal",
                 "status",
                 "reason",
                 "created_at",

@@ -22,10 +22,11 @@ from agent_jobs.core.states import (
 
 S = Status
 
-# DESIGN.md "Task state machine", transcribed independently of `states.py`: a change to either
-# without the other fails `test_the_table_is_the_one_in_design_md`.
+# The README's "Task state machine" (DESIGN.md's, plus the failure and throttle parks of issue 9),
+# transcribed independently of `states.py`: a change to either without the other fails
+# `test_the_table_is_the_one_in_design_md`.
 DESIGN_TABLE: dict[Status, set[Status]] = {
-    S.RECEIVED: {S.RUNNING, S.CANCELLED, S.FAILED},
+    S.RECEIVED: {S.RUNNING, S.RETRY_WAIT, S.CANCELLED, S.FAILED},
     S.RUNNING: {
         S.RUNNING,
         S.APPROVAL_WAIT,
@@ -36,9 +37,18 @@ DESIGN_TABLE: dict[Status, set[Status]] = {
         S.FAILED,
         S.CANCELLED,
     },
-    S.RETRY_WAIT: {S.RUNNING, S.FAILED, S.CANCELLED},
-    S.APPROVAL_WAIT: {S.EXECUTING, S.RUNNING, S.ESCALATED, S.FAILED, S.CANCELLED},
-    S.EXECUTING: {S.VERIFYING, S.RUNNING, S.EXEC_UNKNOWN, S.FAILED},
+    S.RETRY_WAIT: {
+        S.RUNNING,
+        S.RECEIVED,
+        S.VERIFYING,
+        S.EXECUTING,
+        S.RETRY_WAIT,
+        S.ESCALATED,
+        S.FAILED,
+        S.CANCELLED,
+    },
+    S.APPROVAL_WAIT: {S.EXECUTING, S.RUNNING, S.APPROVAL_WAIT, S.ESCALATED, S.FAILED, S.CANCELLED},
+    S.EXECUTING: {S.VERIFYING, S.RUNNING, S.EXEC_UNKNOWN, S.RETRY_WAIT, S.ESCALATED, S.FAILED},
     # The self-loop records a reconcile read that itself failed (see states.py).
     S.EXEC_UNKNOWN: {
         S.VERIFYING,
@@ -48,7 +58,7 @@ DESIGN_TABLE: dict[Status, set[Status]] = {
         S.ESCALATED,
         S.EXEC_UNKNOWN,
     },
-    S.VERIFYING: {S.COMPLETED, S.RUNNING, S.ESCALATED},
+    S.VERIFYING: {S.COMPLETED, S.RUNNING, S.RETRY_WAIT, S.ESCALATED},
     S.COMPLETED: set(),
     S.ESCALATED: set(),
     S.FAILED: set(),
@@ -70,10 +80,10 @@ def test_the_table_is_the_one_in_design_md() -> None:
 
 
 def test_pair_counts_cover_the_whole_square() -> None:
-    # 11 statuses: 121 ordered pairs, 32 legal ones, the rest refused.
+    # 11 statuses: 121 ordered pairs, 42 legal ones, the rest refused.
     assert len(ALL_PAIRS) == 121
-    assert len(LEGAL) == 32
-    assert len(ILLEGAL) == 121 - 32
+    assert len(LEGAL) == 42
+    assert len(ILLEGAL) == 121 - 42
 
 
 @pytest.mark.parametrize("pair", ILLEGAL, ids=[_id(p) for p in ILLEGAL])
@@ -101,9 +111,10 @@ def test_terminal_states_have_no_exits(terminal: Status) -> None:
             check_transition(terminal, to)
 
 
-def test_only_running_and_exec_unknown_loop_on_themselves() -> None:
+def test_only_running_and_the_parked_statuses_loop_on_themselves() -> None:
+    # A read step; a failed reconcile lookup; a failed step while parked (re-parked, backoff).
     loops = {s for s in Status if is_legal(s, s)}
-    assert loops == {S.RUNNING, S.EXEC_UNKNOWN}
+    assert loops == {S.RUNNING, S.EXEC_UNKNOWN, S.APPROVAL_WAIT, S.RETRY_WAIT}
 
 
 def test_status_sets_partition_the_states() -> None:
