@@ -7,6 +7,8 @@ model output) is:
 1. **Kept as given**, except the code points no store or wire can carry: NUL (Postgres refuses it
    in `text` and `jsonb`) and lone surrogates (not encodable as UTF-8). Each becomes U+FFFD, the
    replacement character, so the damage is visible and the rest of the value is untouched.
+   Likewise the numbers JSON cannot hold (NaN, ±Infinity, which Python's parser accepts from a
+   sender) become null.
    Decisions read the cleaned value, so the same input always leads to the same decision, whether
    it came from memory or from the database.
 2. **Bounded where it enters**: each entry point has its own size limit (request bodies, tool
@@ -21,6 +23,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -46,6 +49,8 @@ def clean_json(value: Any) -> Any:
     Returns the same object when nothing needed cleaning (no copy on the hot path)."""
     if isinstance(value, str):
         return clean_text(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     if isinstance(value, dict):
         out: dict[Any, Any] | None = None
         for i, (k, v) in enumerate(value.items()):
@@ -72,10 +77,13 @@ _ESCAPED_UNSTORABLE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 
 def to_json(value: Any) -> str:
     """Compact JSON of `value` under the content rule: what every JSON column is written as."""
-    out = json.dumps(value, separators=(",", ":"))
-    if _ESCAPED_UNSTORABLE.search(out) is None:
+    try:
+        out = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # NaN or an infinity somewhere: cleaned below
+        out = None
+    if out is not None and _ESCAPED_UNSTORABLE.search(out) is None:
         return out
-    return json.dumps(clean_json(value), separators=(",", ":"))
+    return json.dumps(clean_json(value), separators=(",", ":"), allow_nan=False)
 
 
 def is_clean(value: Any) -> bool:

@@ -326,7 +326,12 @@ class Orchestrator:
         if patch is None:
             self.store.release(session.lease)
             return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
-        return self._finish(session, patch)
+        try:
+            return self._finish(session, patch)
+        except Exception as exc:
+            # The database refused the transition (rolled back; the lease is still ours).
+            log.exception("commit for %s (%s) failed", task.id, task.status)
+            return self._record_failure(session, exc)
 
     def _dispatch_status(self, s: Session) -> Patch | None:
         status = s.task.status
