@@ -9,17 +9,22 @@ a task that ends after an effect committed says so. Each test names the event it
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import update
 
 from agent_jobs.core.contracts import Action, TaskRequest
 from agent_jobs.core.states import TERMINAL, Status
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.orchestrator.registry import WorkflowRegistry
+from agent_jobs.orchestrator.steps import resume_status
+from agent_jobs.store.schema import tasks
+from agent_jobs.store.types import db_now
 from agent_jobs.testing import TEST_SETTINGS, Harness
 
 S = Status
@@ -182,11 +187,6 @@ def test_a_failure_while_awaiting_approval_parks_in_place_and_keeps_the_approval
     # The approval row vanishes under the step (a bug elsewhere): the step raises NotFound.
     approval_id = waiting.state["runtime"]["approval_id"]
     waiting.state["runtime"]["approval_id"] = "apr_missing"
-    from sqlalchemy import update  # noqa: PLC0415 - the test reaches into the store on purpose
-
-    from agent_jobs.store.schema import tasks  # noqa: PLC0415
-    from agent_jobs.store.types import db_now  # noqa: PLC0415
-
     with store.tx() as conn:
         conn.execute(
             update(tasks)
@@ -424,6 +424,48 @@ def test_a_cancel_after_the_effect_committed_ends_with_the_effect_in_the_outcome
 
 # -- no sequence of hook failures leaves a task runnable forever ----------------------------
 
+
+class Chaotic(Scripted):
+    """Every hook takes its next behaviour from one script, then behaves."""
+
+    def __init__(self, script: list[str]) -> None:
+        super().__init__()
+        self.plan = list(script)
+
+    def nxt(self, where: str) -> str:
+        what = self.plan.pop(0) if self.plan else "ok"
+        if what == "raise":
+            raise Boom(where)
+        return what
+
+    def start(self, inp: wf.StepInput) -> dict[str, Any]:
+        self.nxt("start")
+        return {"phase": "read"}
+
+    def decide(self, inp: wf.StepInput) -> wf.Decision:
+        if self.nxt("decide") == "retry":
+            return wf.Retry("transient")
+        return super().decide(inp)
+
+    def execute(self, inp: wf.StepInput, act: Action) -> wf.EffectOutcome:
+        what = self.nxt("execute")
+        if what == "unknown":
+            return wf.Unknown("timeout")
+        if what == "throttle":
+            return wf.Throttled(0.01, "429")
+        return wf.Ok({})
+
+    def reconcile(self, inp: wf.StepInput, act: Action) -> wf.ReconcileResult:
+        if self.nxt("reconcile") == "lookup_failed":
+            return wf.LookupFailed("down")
+        return wf.NotFound()
+
+    def verify(self, inp: wf.StepInput) -> wf.Verdict:
+        if self.nxt("verify") == "retry":
+            return wf.Redraft("again", inp.state)
+        return wf.Complete({})
+
+
 FAILURES = st.sampled_from(["ok", "raise", "retry", "unknown", "lookup_failed", "throttle"])
 
 
@@ -438,58 +480,7 @@ def test_no_sequence_of_hook_failures_leaves_a_task_runnable_forever(
 ) -> None:
     """Every hook draws its next behaviour from one generated script (then behaves). Whatever
     the script, the task reaches a terminal state within a bounded number of rounds."""
-    import uuid  # noqa: PLC0415
-
-    plan = list(script)
-
-    def nxt() -> str:
-        return plan.pop(0) if plan else "ok"
-
-    def start(self: Scripted, i: wf.StepInput) -> dict[str, Any]:
-        if nxt() == "raise":
-            raise Boom("start")
-        return {"phase": "read"}
-
-    def decide(self: Scripted, i: wf.StepInput) -> wf.Decision:
-        what = nxt()
-        if what == "raise":
-            raise Boom("decide")
-        if what == "retry":
-            return wf.Retry("transient")
-        phase = i.state.get("phase")
-        if phase == "read":
-            return wf.Observe({**i.state, "phase": "act"})
-        if phase == "act":
-            return wf.Act(action(i.task_id), {**i.state, "phase": "done"})
-        return wf.ToVerify(i.state)
-
-    def execute(self: Scripted, i: wf.StepInput, a: Action) -> wf.EffectOutcome:
-        what = nxt()
-        if what == "raise":
-            raise Boom("execute")
-        if what == "unknown":
-            return wf.Unknown("timeout")
-        if what == "throttle":
-            return wf.Throttled(0.01, "429")
-        return wf.Ok({})
-
-    def reconcile(self: Scripted, i: wf.StepInput, a: Action) -> wf.ReconcileResult:
-        what = nxt()
-        if what == "raise":
-            raise Boom("reconcile")
-        if what == "lookup_failed":
-            return wf.LookupFailed("down")
-        return wf.NotFound()
-
-    def verify(self: Scripted, i: wf.StepInput) -> wf.Verdict:
-        what = nxt()
-        if what == "raise":
-            raise Boom("verify")
-        if what == "retry":
-            return wf.Redraft("again", i.state)
-        return wf.Complete({})
-
-    flow = Scripted(start=start, decide=decide, execute=execute, reconcile=reconcile, verify=verify)
+    flow = Chaotic(script)
     h, task = run(sqlite_store, f"t{uuid.uuid4().hex[:8]}", flow)
     final = h.settle(task.id, max_rounds=400)
     assert final.status in TERMINAL, f"still {final.status} after the script {script}"
@@ -498,8 +489,6 @@ def test_no_sequence_of_hook_failures_leaves_a_task_runnable_forever(
 
 @pytest.mark.parametrize("status", [S.RECEIVED, S.RUNNING, S.VERIFYING, S.EXECUTING])
 def test_retry_wait_resumes_where_the_step_failed(status: Status) -> None:
-    from agent_jobs.orchestrator.steps import resume_status  # noqa: PLC0415
-
     assert resume_status(status.value) is status
     assert resume_status("COMPLETED") is S.RUNNING, "never resumes into a terminal status"
     assert resume_status("garbage") is S.RUNNING
