@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent_jobs.core.contracts import check_tenant_id
+from agent_jobs.core.identity import check_tenant_id
 from agent_jobs.gateway.schemas import PROPOSAL_V3
 
 __all__ = [
