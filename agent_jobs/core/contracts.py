@@ -15,6 +15,7 @@ from agent_jobs.core.identity import (  # noqa: F401 - re-exported for existing 
     check_tenant_id,
 )
 from agent_jobs.core.states import Status
+from agent_jobs.core.text import clean_json
 
 _WORKFLOW = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}@[0-9]{1,6}$")
 
@@ -45,6 +46,14 @@ class TaskRequest(Frozen):
         if not _WORKFLOW.fullmatch(v):
             raise ValueError("workflow must look like name@version, e.g. example@1")
         return v
+
+    @field_validator("input")
+    @classmethod
+    def _content(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # The content rule (core.text) where input enters: what is hashed, stored and decided
+        # on is the cleaned value, whichever entry point built the request.
+        cleaned: dict[str, Any] = clean_json(v)
+        return cleaned
 
 
 class Action(Frozen):
