@@ -22,11 +22,10 @@ from agent_jobs.gateway.costmodel import (
 
 
 def cmd_sim_serve(args: argparse.Namespace) -> int:
-    from agent_jobs.sim import worlds  # noqa: PLC0415 - keep `--help` fast
-    from agent_jobs.sim.server import serve  # noqa: PLC0415
+    from agent_jobs.sim.server import serve  # noqa: PLC0415 - keep `--help` fast
 
-    world = worlds.build(args.world) if args.world else None
-    serve(args.host, args.port, args.state, world=world, access_log=args.access_log)
+    # No --world: the sim's default world (the README's order 8472); it prints which it serves.
+    serve(args.host, args.port, args.state, world=args.world, access_log=args.access_log)
     return 0
 
 

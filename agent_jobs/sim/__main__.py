@@ -1,4 +1,7 @@
-"""`python -m agent_jobs.sim serve --port 8090 [--state FILE] [--world incident_8472]`.
+"""`python -m agent_jobs.sim serve --port 8090 [--state FILE] [--world NAME]`.
+
+The world defaults to `worlds.DEFAULT_WORLD` (order 8472 charged twice); `--world empty` serves
+no orders.
 
 A standalone entry point, so acceptance tests and other services can run the sim as a process
 without the project's CLI.
@@ -20,12 +23,14 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--port", type=int, default=8090, help="0 picks a free port")
     s.add_argument("--state", default=None, help="JSON state file, kept across restarts")
     s.add_argument(
-        "--world", default=None, choices=sorted(worlds.BUILDERS), help="seed world (fresh state)"
+        "--world",
+        default=None,
+        choices=sorted(worlds.BUILDERS),
+        help=f"seed world of a fresh state (default {worlds.DEFAULT_WORLD}; empty: no orders)",
     )
     s.add_argument("--access-log", action="store_true", help="one line per request on stderr")
     args = parser.parse_args(argv)
-    world = worlds.build(args.world) if args.world else None
-    serve(args.host, args.port, args.state, world=world, access_log=args.access_log)
+    serve(args.host, args.port, args.state, world=args.world, access_log=args.access_log)
 
 
 if __name__ == "__main__":

@@ -38,12 +38,21 @@ class SimAdmin:
         return cast(list[Json], self.dump()["refunds"])
 
     def arm(
-        self, operation: str, fault: str, *, times: int = 1, delay_s: float | None = None
+        self,
+        operation: str,
+        fault: str,
+        *,
+        times: int = 1,
+        delay_s: float | None = None,
+        retry_after: str | None = None,
     ) -> Json:
-        """Arm `fault` for the next `times` requests to `operation`."""
+        """Arm `fault` for the next `times` requests to `operation`. `retry_after` is sent as the
+        `Retry-After` header of a `throttle` or `error_before_commit` answer, verbatim."""
         body: Json = {"operation": operation, "fault": fault, "times": times}
         if delay_s is not None:
             body["delay_s"] = delay_s
+        if retry_after is not None:
+            body["retry_after"] = retry_after
         return self._call("POST", "/admin/faults", json=body)
 
     def faults(self) -> list[Json]:

@@ -1,9 +1,9 @@
 """The sim as a function from `Request` to `Response`: route, apply any armed fault, log.
 
-Faults wrap the handler rather than live inside it, so every operation fails the same four ways:
-`delay` and `error_before_commit` act before the handler runs, `error_after_commit` and
-`drop_after_commit` after it has run (and committed, for a write). The HTTP layer only has to honour
-`Response.drop` by closing the socket without writing.
+Faults wrap the handler rather than live inside it, so every operation fails the same five ways:
+`delay`, `error_before_commit` and `throttle` act before the handler runs, `error_after_commit`
+and `drop_after_commit` after it has run (and committed, for a write). The HTTP layer only has
+to honour `Response.drop` by closing the socket without writing.
 """
 
 from __future__ import annotations
@@ -75,12 +75,18 @@ class SimApp:
             self.stopping.wait(fault.delay_s)
         if kind == "error_before_commit":
             response = _injected(503, f"injected fault before {matched.operation} did anything")
+        elif kind == "throttle":
+            response = Response.error(
+                SimError(429, "rate_limited", f"injected throttle: {matched.operation} not done")
+            )
         else:
             response = self._call(matched, request)
             if kind == "error_after_commit":
                 response = _injected(500, f"injected fault after {matched.operation} committed")
             elif kind == "drop_after_commit":
                 response = Response(0, None, drop=True)
+        if fault is not None and fault.retry_after is not None:
+            response.headers["Retry-After"] = fault.retry_after
         response.fault = kind
         return response
 

@@ -21,6 +21,7 @@ class Fault:
     times: int
     remaining: int
     delay_s: float | None
+    retry_after: str | None = None
 
     def to_json(self) -> Json:
         return {
@@ -30,6 +31,7 @@ class Fault:
             "times": self.times,
             "remaining": self.remaining,
             "delay_s": self.delay_s,
+            "retry_after": self.retry_after,
         }
 
 
@@ -51,6 +53,7 @@ class FaultBoard:
                 times=request.times,
                 remaining=request.times,
                 delay_s=request.delay_s,
+                retry_after=request.retry_after,
             )
             self._faults.append(fault)
             return _copy(fault)

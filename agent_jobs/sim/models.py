@@ -35,7 +35,11 @@ Operation = Literal[
     "policies.get",
     "policies.search",
 ]
-FaultKind = Literal["drop_after_commit", "delay", "error_before_commit", "error_after_commit"]
+FaultKind = Literal[
+    "drop_after_commit", "delay", "error_before_commit", "error_after_commit", "throttle"
+]
+# Faults that refuse before doing anything, and so may say when to come back.
+RETRY_AFTER_FAULTS = ("throttle", "error_before_commit")
 PaymentKind = Literal["capture", "authorization"]
 PaymentStatus = Literal["captured", "authorized", "voided"]
 RefundStatus = Literal["processing", "succeeded", "failed"]
@@ -173,14 +177,18 @@ class FaultRequest(Record):
     fault: FaultKind
     times: Annotated[int, Field(ge=1, le=1000)] = 1
     delay_s: Annotated[float, Field(gt=0, le=MAX_DELAY_S)] | None = None
+    # Sent verbatim as the `Retry-After` header, so a test can send a number, a date or garbage.
+    retry_after: Annotated[str, Field(pattern=r"^[\x20-\x7e]{1,128}$")] | None = None
 
     @model_validator(mode="after")
-    def _delay_matches_kind(self) -> FaultRequest:
+    def _options_match_kind(self) -> FaultRequest:
         # Rejecting the mismatch catches a test that meant `delay` but armed something else.
         if self.fault == "delay" and self.delay_s is None:
             raise ValueError("fault 'delay' needs delay_s")
         if self.fault != "delay" and self.delay_s is not None:
             raise ValueError("delay_s is only valid with fault 'delay'")
+        if self.retry_after is not None and self.fault not in RETRY_AFTER_FAULTS:
+            raise ValueError("retry_after is only valid with 'throttle' or 'error_before_commit'")
         return self
 
 

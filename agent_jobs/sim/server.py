@@ -12,7 +12,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from agent_jobs.core.clock import Clock
-from agent_jobs.sim import statefile
+from agent_jobs.sim import statefile, worlds
 from agent_jobs.sim.admin import SimAdmin
 from agent_jobs.sim.app import SimApp
 from agent_jobs.sim.handler import SimHTTPServer
@@ -63,29 +63,44 @@ def serve(
     port: int,
     state_file: str | None = None,
     *,
-    world: Mapping[str, Any] | None = None,
+    world: Mapping[str, Any] | str | None = None,
     access_log: bool = False,
 ) -> None:
     """Serve the sim until SIGINT or SIGTERM. Blocking.
 
-    Prints one line, `sim listening on http://HOST:PORT` (the real port when `port` is 0), then
-    serves. With `state_file`, the world is read from it at start and rewritten atomically after
-    every mutation; `world` (e.g. `worlds.incident_8472()`) seeds a state file that does not exist.
-    `access_log` writes one line per request to stderr (stdout keeps just the listening line).
+    `world` is a world (e.g. `worlds.incident_8472()`), the name of one in `worlds.BUILDERS`, or
+    None for `worlds.DEFAULT_WORLD`: the incident of order 8472, so the README's refund example
+    works against a sim started with no arguments (`"empty"` starts with no orders). With
+    `state_file`, the world is read from it at start and rewritten atomically after every
+    mutation; `world` only seeds a state file that does not exist yet.
+
+    Prints two lines, `sim listening on http://HOST:PORT` (the real port when `port` is 0), then
+    `sim world: ...` saying what it serves, then serves. `access_log` writes one line per
+    request to stderr.
     """
-    app = build_app(state_file=state_file, world=world)
+    name = worlds.DEFAULT_WORLD if world is None else world
+    seed = worlds.build(name) if isinstance(name, str) else name
+    label = name if isinstance(name, str) else "given"
+    if state_file is not None and Path(state_file).exists():
+        label = "from the state file (the seed world is not used)"
+    elif name == worlds.DEFAULT_WORLD and world is None:
+        label = f"{name} (the default; --world empty for none)"
+    app = build_app(state_file=state_file, world=seed)
     httpd = _make_server(host, port, app, access_log=access_log)
-    print(f"sim listening on {_url(host, httpd.server_address[1])}", flush=True)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         # shutdown() waits for serve_forever() to return, which runs in this very thread: ask
         # from another thread or it deadlocks.
         threading.Thread(target=httpd.shutdown, daemon=True).start()
 
+    # Installed before the lines are printed: whoever reads them may signal at once.
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, stop)
+    print(f"sim listening on {_url(host, httpd.server_address[1])}", flush=True)
+    served = worlds.describe(app.world.dump().model_dump(mode="json"))
+    print(f"sim world: {label}: {served}", flush=True)
     try:
         httpd.serve_forever(poll_interval=0.2)
     finally:

@@ -253,6 +253,22 @@ BUILDERS: dict[str, Callable[[], Json]] = {
 }
 
 
+DEFAULT_WORLD = "incident_8472"
+"""What `sim serve` starts with when no world is named: the README's refund example (order 8472
+charged twice) succeeds against it. `--world empty` starts with no orders."""
+
+
+def describe(world: Json) -> str:
+    """One line naming what a world holds, e.g. `orders 8472; 2 payments, 0 refunds, ...`."""
+    orders = [str(o.get("order_id")) for o in world.get("orders") or []]
+    shown = ", ".join(orders[:8]) + (f" and {len(orders) - 8} more" if len(orders) > 8 else "")
+    return (
+        f"{'orders ' + shown if orders else 'no orders'}; "
+        f"{len(world.get('payments') or [])} payments, {len(world.get('refunds') or [])} refunds, "
+        f"{len(world.get('policies') or [])} policy versions"
+    )
+
+
 def build(name: str) -> Json:
     """The world called `name` (a key of `BUILDERS`), e.g. for a `--world` CLI flag."""
     try:

@@ -7,14 +7,17 @@ from agent_jobs.tools.adapter import (
     PythonCallableAdapter,
     ServiceFailed,
     ServiceRejected,
+    ServiceThrottled,
     TransportFailed,
 )
 from agent_jobs.tools.audit import AuditRecord, AuditSink, LoggingAuditSink
 from agent_jobs.tools.calls import (
     ExecContext,
     Ok,
+    Outcome,
     PolicyStamp,
     Rejected,
+    Throttled,
     ToolCall,
     ToolOutcome,
     Unknown,
@@ -29,8 +32,10 @@ from agent_jobs.tools.descriptors import RetryPolicy, SideEffect, ToolDescriptor
 from agent_jobs.tools.executor import ToolExecutor, classify
 from agent_jobs.tools.http import HttpAdapter, SystemsConfig
 from agent_jobs.tools.registry import InMemorySwitches, ToolRegistry, ToolSwitches
+from agent_jobs.tools.throttle import MAX_RETRY_AFTER_S, parse_retry_after
 
 __all__ = [
+    "MAX_RETRY_AFTER_S",
     "Adapter",
     "AdapterResult",
     "AuditRecord",
@@ -45,14 +50,17 @@ __all__ = [
     "Invocation",
     "LoggingAuditSink",
     "Ok",
+    "Outcome",
     "PolicyStamp",
     "PythonCallableAdapter",
     "Rejected",
     "RetryPolicy",
     "ServiceFailed",
     "ServiceRejected",
+    "ServiceThrottled",
     "SideEffect",
     "SystemsConfig",
+    "Throttled",
     "ToolCall",
     "ToolDescriptor",
     "ToolExecutor",
@@ -62,4 +70,5 @@ __all__ = [
     "TransportFailed",
     "Unknown",
     "classify",
+    "parse_retry_after",
 ]

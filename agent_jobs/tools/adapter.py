@@ -1,9 +1,10 @@
 """The adapter port: how a descriptor reaches the thing that does the work.
 
 An adapter performs one attempt and reports what it learned, in exceptions that say whether the
-service answered definitively (`ServiceRejected`), may have acted (`ServiceFailed`), or could not
-be heard from (`TransportFailed`). It never retries and never decides ok/rejected/unknown: that
-classification belongs to the executor, which knows whether the tool writes.
+service answered definitively (`ServiceRejected`), refused for now under load (`ServiceThrottled`),
+may have acted (`ServiceFailed`), or could not be heard from (`TransportFailed`). It never retries
+and never decides ok/rejected/unknown/throttled: that classification belongs to the executor,
+which knows whether the tool writes.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class ServiceRejected(AdapterSignal):
     """The request was not applied: the service said so (a 4xx, an in-process refusal), or the
     adapter refused it before sending anything (misconfiguration, unusable arguments).
 
-    `transient` marks refusals that may succeed later (429, 408): not applied, worth retrying.
+    `transient` marks refusals that may succeed later (408): not applied, worth retrying. A 429
+    is `ServiceThrottled`, which also says when.
     """
 
     def __init__(
@@ -66,17 +68,43 @@ class ServiceRejected(AdapterSignal):
         self.transient = transient
 
 
+class ServiceThrottled(AdapterSignal):
+    """The service refused the request *before applying it* because of load: HTTP 429, or 503
+    with `Retry-After`. Nothing happened; the same request may be sent after `retry_after_s`
+    (already bounded; None when the service gave no usable value)."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str = "",
+        *,
+        retry_after_s: float | None,
+        status: int | None = None,
+    ) -> None:
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message
+        self.retry_after_s = retry_after_s
+        self.status = status
+
+
 class ServiceFailed(AdapterSignal):
-    """The service answered with a failure that does not say whether it applied the request (5xx).
+    """The service answered with a failure that does not say whether it applied the request (5xx,
+    or a 2xx whose body cannot be used: too large, not JSON, not an object).
 
     The simulated payments service can fail *after* committing, so for a write this is "unknown".
+    `transient` says whether asking again may help a read: a 5xx may pass, an answer too large
+    or malformed will most likely come back the same.
     """
 
-    def __init__(self, code: str, message: str = "", *, status: int | None = None) -> None:
+    def __init__(
+        self, code: str, message: str = "", *, status: int | None = None, transient: bool = True
+    ) -> None:
         super().__init__(f"{code}: {message}" if message else code)
         self.code = code
         self.message = message
         self.status = status
+        self.transient = transient
 
 
 class TransportFailed(AdapterSignal):
@@ -97,8 +125,9 @@ class PythonCallableAdapter:
     The function runs in a daemon thread so the executor can stop waiting at the timeout. Python
     cannot kill a thread, so a timed-out function keeps running unobserved: functions with side
     effects should honour `invocation.timeout_s` themselves and be keyed like any other write.
-    The function may raise `ServiceRejected` / `ServiceFailed` / `TransportFailed` to describe a
-    failure precisely; any other exception is treated as a failure of unknown effect.
+    The function may raise `ServiceRejected` / `ServiceThrottled` / `ServiceFailed` /
+    `TransportFailed` to describe a failure precisely; any other exception is treated as a
+    failure of unknown effect.
     """
 
     def __init__(self, fn: Callable[..., Any], *, takes_invocation: bool = False) -> None:

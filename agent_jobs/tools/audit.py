@@ -24,7 +24,7 @@ class AuditRecord(Frozen):
     tool: str
     tool_version: str | None
     args_hash: str
-    outcome: Literal["ok", "rejected", "unknown"]
+    outcome: Literal["ok", "rejected", "unknown", "throttled"]
     code: str | None
     idempotency_key: str | None
     duration_ms: int

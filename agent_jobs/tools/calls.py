@@ -68,4 +68,21 @@ class Unknown(Frozen):
     message: str = ""
 
 
-ToolOutcome = Annotated[Ok | Rejected | Unknown, Field(discriminator="kind")]
+class Throttled(Frozen):
+    """The service refused the call *before applying it* because of load (HTTP 429, or 503 with
+    `Retry-After`): nothing happened, and the same call, with the same idempotency key, may be
+    sent again after `retry_after_s` seconds (None: the service gave no usable hint).
+
+    Neither a rejection (the action is fine, only not now) nor an unknown outcome (nothing was
+    applied, so there is nothing to reconcile). `retry_after_s` is already bounded to
+    `[0, MAX_RETRY_AFTER_S]` whatever the service sent."""
+
+    kind: Literal["throttled"] = "throttled"
+    retry_after_s: float | None = None
+    code: str = "throttled"
+    message: str = ""
+    status: int | None = None
+
+
+Outcome = Ok | Rejected | Unknown | Throttled
+ToolOutcome = Annotated[Outcome, Field(discriminator="kind")]

@@ -3,20 +3,30 @@
 In the seed's order: resolve the tool for the tenant; validate the arguments against its schema;
 check the step's scope; for a write, check the policy stamp binds these exact arguments (and the
 idempotency key names this action); mint a scoped short-lived credential; call the adapter with
-the tool's timeout; classify `ok | rejected | unknown`; and, whatever happened, audit.
+the tool's timeout; classify `ok | rejected | unknown | throttled`; and, whatever happened, audit.
 
 Classification (reads retry transient failures per their `RetryPolicy`; writes never retry here),
 as "what the adapter learned: write -> read (after retries)":
 
-- a result: ok -> ok
+- a result: ok -> ok (every string cleaned per `core.text`, whatever the adapter)
 - a 4xx or a refusal (`ServiceRejected`): rejected(code) -> rejected(code)
-- a 5xx or an unreadable 2xx: unknown(server_error_after_send) -> rejected(code, transient)
+- a 429, or a 503 with `Retry-After` (`ServiceThrottled`): throttled(retry_after_s) ->
+  throttled(retry_after_s), after waiting and asking again within the read's retry policy when
+  the wait is no longer than the tool's own timeout
+- a 5xx: unknown(server_error_after_send) -> rejected(code, transient)
+- a 2xx too large, not JSON or not an object: unknown(server_error_after_send) ->
+  rejected(code), not transient
 - a timeout after sending: unknown(timeout) -> rejected(timeout, transient)
 - a dropped or refused connection: unknown(connection_error) -> rejected(connection_error,
   transient)
 - an unexpected exception: unknown(server_error_after_send) -> rejected(adapter_error)
 
 Reads never report unknown: a read cannot have half-happened, it only failed to answer.
+
+Throttled is its own outcome because it is the one refusal that is neither final nor ambiguous:
+the service applied nothing (so nothing to reconcile) and the action is still wanted (so no
+re-plan, no second approval); the caller parks and sends the same call, same key, later. A
+long `Retry-After` is not waited out here: a worker is not held for a service's convenience.
 
 A refused connection provably sent nothing, yet a write still reports unknown: the reconcile read
 then finds nothing and the same key and grant retry, where a rejection would send the task back
@@ -34,14 +44,16 @@ from datetime import datetime
 from agent_jobs.core.clock import Clock, SystemClock
 from agent_jobs.core.errors import InvalidInput
 from agent_jobs.core.hashing import action_hash, args_hash, derive_idempotency_key
+from agent_jobs.core.text import clean_json, clean_text
 from agent_jobs.tools.adapter import (
     Invocation,
     ServiceFailed,
     ServiceRejected,
+    ServiceThrottled,
     TransportFailed,
 )
 from agent_jobs.tools.audit import AuditRecord, AuditSink
-from agent_jobs.tools.calls import ExecContext, Ok, Rejected, ToolCall, Unknown
+from agent_jobs.tools.calls import ExecContext, Ok, Outcome, Rejected, Throttled, ToolCall, Unknown
 from agent_jobs.tools.credentials import Credential, CredentialProvider
 from agent_jobs.tools.descriptors import CONTEXT_KEY_FIELDS, ToolDescriptor
 from agent_jobs.tools.registry import ToolRegistry
@@ -60,18 +72,29 @@ class _Progress:
     dispatched: bool = False
 
 
-def classify(exc: BaseException, *, write: bool) -> Ok | Rejected | Unknown:
+def classify(exc: BaseException, *, write: bool) -> Outcome:
     """Map one failed attempt to an outcome, per the table in the module docstring."""
     if isinstance(exc, ServiceRejected):
-        return Rejected(code=exc.code, message=exc.message, transient=exc.transient)
+        return Rejected(
+            code=clean_text(exc.code), message=clean_text(exc.message), transient=exc.transient
+        )
+    if isinstance(exc, ServiceThrottled):
+        return Throttled(
+            retry_after_s=exc.retry_after_s,
+            code=clean_text(exc.code),
+            message=clean_text(exc.message),
+            status=exc.status,
+        )
     if isinstance(exc, ServiceFailed):
         if write:
-            return Unknown(reason="server_error_after_send", message=str(exc))
-        return Rejected(code=exc.code, message=exc.message, transient=True)
+            return Unknown(reason="server_error_after_send", message=clean_text(str(exc)))
+        return Rejected(
+            code=clean_text(exc.code), message=clean_text(exc.message), transient=exc.transient
+        )
     if isinstance(exc, TransportFailed):
         if write:
-            return Unknown(reason=exc.reason, message=exc.message)
-        return Rejected(code=exc.reason, message=exc.message, transient=True)
+            return Unknown(reason=exc.reason, message=clean_text(exc.message))
+        return Rejected(code=exc.reason, message=clean_text(exc.message), transient=True)
     if write:
         return Unknown(reason="server_error_after_send", message=type(exc).__name__)
     return Rejected(code="adapter_error", message=type(exc).__name__)
@@ -102,10 +125,10 @@ class ToolExecutor:
         self._clock = clock or SystemClock()
         self._sleep = sleep
 
-    def execute(self, call: ToolCall, ctx: ExecContext) -> Ok | Rejected | Unknown:
+    def execute(self, call: ToolCall, ctx: ExecContext) -> Outcome:
         """Run one call through every check, then the adapter; audit in all cases."""
         progress = _Progress(started=self._clock.monotonic(), started_at=self._clock.now())
-        outcome: Ok | Rejected | Unknown = Rejected(code="internal_error")
+        outcome: Outcome = Rejected(code="internal_error")
         try:
             outcome = self._run(call, ctx, progress)
         except Exception as e:
@@ -121,9 +144,7 @@ class ToolExecutor:
             self._record(call, ctx, progress, outcome)
         return outcome
 
-    def _run(
-        self, call: ToolCall, ctx: ExecContext, progress: _Progress
-    ) -> Ok | Rejected | Unknown:
+    def _run(self, call: ToolCall, ctx: ExecContext, progress: _Progress) -> Outcome:
         resolved = self.registry.resolve(call.tool, ctx.tenant_id)
         if isinstance(resolved, Rejected):
             return resolved
@@ -194,7 +215,7 @@ class ToolExecutor:
         ctx: ExecContext,
         credential: Credential,
         progress: _Progress,
-    ) -> Ok | Rejected | Unknown:
+    ) -> Outcome:
         inv = Invocation(
             tool=d.name,
             tool_version=d.version,
@@ -215,22 +236,30 @@ class ToolExecutor:
             except Exception as e:
                 outcome = classify(e, write=d.is_write)
             else:
-                return Ok(result=res.value, status_code=res.status_code)
-            retryable = isinstance(outcome, Rejected) and outcome.transient
+                # Content is data: whatever the adapter, no NUL or lone surrogate gets past here.
+                return Ok(result=clean_json(res.value), status_code=res.status_code)
+            retryable = isinstance(outcome, Throttled) or (
+                isinstance(outcome, Rejected) and outcome.transient
+            )
             if not retryable or progress.attempts >= max_attempts:
                 return outcome
-            self._sleep(d.retry.delay_s(progress.attempts))
+            delay = d.retry.delay_s(progress.attempts)
+            if isinstance(outcome, Throttled) and outcome.retry_after_s is not None:
+                if outcome.retry_after_s > d.timeout_s:
+                    return outcome  # longer than a slow answer: the caller parks the task
+                delay = max(delay, outcome.retry_after_s)
+            self._sleep(delay)
 
     def _record(
         self,
         call: ToolCall,
         ctx: ExecContext,
         progress: _Progress,
-        outcome: Ok | Rejected | Unknown,
+        outcome: Outcome,
     ) -> None:
         d = progress.descriptor
         stamp = call.policy_decision
-        code = outcome.code if isinstance(outcome, Rejected) else None
+        code = outcome.code if isinstance(outcome, (Rejected, Throttled)) else None
         if isinstance(outcome, Unknown):
             code = outcome.reason
         try:

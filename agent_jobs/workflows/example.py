@@ -18,6 +18,7 @@ from agent_jobs.core.hashing import derive_idempotency_key
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.workflows.example_backend import (
     BackendRejected,
+    BackendThrottled,
     BackendUnavailable,
     ExampleBackend,
 )
@@ -97,6 +98,8 @@ class ExampleWorkflow:
         if state["reads_done"] < inp.input.get("reads", 1):
             try:
                 facts = self.backend.read_account(inp.input["account"])
+            except BackendThrottled as exc:
+                return wf.Retry(f"account read throttled: {exc}", retry_after_s=exc.retry_after_s)
             except BackendUnavailable as exc:
                 return wf.Retry(f"account read failed: {exc}")
             state["account_facts"] = facts
@@ -137,6 +140,9 @@ class ExampleWorkflow:
             return wf.Unknown("timeout")
         except BackendRejected as exc:
             return wf.Rejected(exc.code)
+        except BackendThrottled as exc:
+            # Refused under load before committing: not applied, wanted still; same key later.
+            return wf.Throttled(exc.retry_after_s, str(exc))
         except BackendUnavailable as exc:
             # Refused before committing: a definitive "not applied".
             return wf.Rejected("unavailable", str(exc))

@@ -13,7 +13,9 @@ Faults (armed per operation, consumed one per call):
 - `hang_after_commit`: the ledger commits, then the call takes `delay_s` to answer (kill the
   worker in that window and the effect exists but nobody recorded it);
 - `fail`: a definitive refusal, nothing committed;
-- `error`: a transient error before anything is committed.
+- `error`: a transient error before anything is committed;
+- `throttle`: refused under load before anything is committed, come back after `delay_s`
+  (`BackendThrottled`, the ledger's 429 + Retry-After).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-Fault = Literal["drop_after_commit", "timeout", "slow", "hang_after_commit", "fail", "error"]
+Fault = Literal[
+    "drop_after_commit", "timeout", "slow", "hang_after_commit", "fail", "error", "throttle"
+]
 Operation = Literal["transfer", "lookup", "read"]
 
 DEFAULT_PATH_ENV = "AGENT_JOBS_EXAMPLE_BACKEND"
@@ -45,6 +49,17 @@ class BackendRejected(Exception):
 
 class BackendUnavailable(Exception):
     """A transient error before anything was committed."""
+
+
+class BackendThrottled(BackendUnavailable):
+    """Refused under load before anything was committed; try again after `retry_after_s`.
+
+    A `BackendUnavailable`, so a caller that does not know throttling still sees "nothing was
+    committed"; one that does can wait the delay instead of guessing."""
+
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__(f"ledger busy; retry after {retry_after_s:g} s")
+        self.retry_after_s = retry_after_s
 
 
 class KeyReused(BackendRejected):
@@ -148,6 +163,8 @@ class ExampleBackend:
                 raise BackendRejected("insufficient_funds")
             if kind == "error":
                 raise BackendUnavailable("ledger unavailable")
+            if kind == "throttle":
+                raise BackendThrottled(delay)
             if kind in ("slow", "timeout"):
                 time.sleep(delay)
         result = self._commit_transfer(key, account, amount_minor, currency)
@@ -187,6 +204,8 @@ class ExampleBackend:
         """The reconcile read: the transfer this idempotency key created, if any."""
         fault = self._take_fault("lookup", key)
         if fault is not None:
+            if fault[0] == "throttle":
+                raise BackendThrottled(fault[1])
             if fault[0] in ("slow", "timeout"):
                 time.sleep(fault[1])
             if fault[0] in ("error", "fail", "timeout"):
@@ -203,6 +222,8 @@ class ExampleBackend:
         """A read the workflow makes before acting (can be faulted with `error`)."""
         fault = self._take_fault("read", account)
         if fault is not None:
+            if fault[0] == "throttle":
+                raise BackendThrottled(fault[1])
             if fault[0] in ("slow", "timeout"):
                 time.sleep(fault[1])
             if fault[0] in ("error", "fail"):

@@ -2,7 +2,8 @@
 
 Real `celery -A agent_jobs worker` processes on Postgres and Redis run `refund_resolution@3`
 against `tests.support.standin_systems` (written from CONTRACT.md alone, sharing no code with the
-sim) whose every write and lookup may fail, commit and drop, or answer after the caller gave up;
+sim) whose every write and lookup may fail, commit and drop, answer after the caller gave up, or
+be throttled (429 / 503 + Retry-After, nothing applied);
 one worker is SIGKILLed once refunds start. Expected: every task ends, exactly one refund per
 confirmed duplicate capture and none elsewhere, and nothing the policy did not allow ever
 reaches the payments system (no refund sent before its approval, no other fields, no other
@@ -162,7 +163,9 @@ def test_refund_agent_against_a_harsher_standin(
         assert body["amount_minor"] <= expected[body["payment_id"]], body
         if expected[body["payment_id"]] >= 100_000:  # approval required first
             assert post["at"] >= granted[body["payment_id"]], post
-    # and the harshness was real: writes were lost after committing, lookups failed
+    # and the harshness was real: writes were lost after committing, lookups failed, and calls
+    # were throttled (429 or 503 + Retry-After, nothing applied) without costing a task
     kinds = Counter(f.split(":", 1)[1] for f in standin.faults if f.startswith("refunds.create"))
     assert kinds["drop_after_commit"] + kinds["error_after_commit"] >= 1, standin.faults
+    assert any(f.endswith(":throttled") for f in standin.faults), standin.faults
     assert any(t.count("reconciled_found") for t in trail.values()), trail

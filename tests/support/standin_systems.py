@@ -7,8 +7,12 @@ clients ignore them), no admin routes (a production system need not have them), 
 are not armed one by one but rolled for every request from a seeded random generator:
 
 - `refunds.create`: commit then drop the connection, commit then answer 500, commit then answer
-  only after the caller's timeout, or 503 before committing;
-- `refunds.get_by_key` (the reconcile lookup) and every read: 503 before doing anything.
+  only after the caller's timeout, 503 before committing, or throttle before committing
+  (`429 rate_limited`, or `503` with `Retry-After`: "not applied, come back later");
+- `refunds.get_by_key` (the reconcile lookup) and every read: 503 before doing anything, or a
+  throttle before doing anything.
+
+A throttle's `Retry-After` is delta-seconds or an HTTP-date, in turn, so both forms are met.
 
 The test drives it in process: `world` is loaded by the constructor, and `refunds`, `posts` and
 `post_times` show what happened.
@@ -24,6 +28,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -43,8 +48,11 @@ class Harshness:
     create_error_after_commit: float = 0.15
     create_late_after_commit: float = 0.15  # answered after `late_s`: the caller has given up
     create_error_before_commit: float = 0.10
+    create_throttled: float = 0.10  # 429 or 503, with Retry-After, nothing applied
     lookup_error: float = 0.20
     read_error: float = 0.15
+    read_throttled: float = 0.05
+    retry_after_s: int = 1
     late_s: float = 6.0  # refunds.create's timeout is 5 s
 
 
@@ -79,6 +87,7 @@ class StandInSystems:
             r["order_id"] = self.ledger.payments[r["payment_id"]]["order_id"]
         self.posts: list[Json] = []  # every POST /refunds body, with its key and arrival time
         self.faults: list[str] = []
+        self._throttles = 0
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -123,13 +132,37 @@ class StandInSystems:
                 ("error_after_commit", h.create_error_after_commit),
                 ("late_after_commit", h.create_late_after_commit),
                 ("error_before_commit", h.create_error_before_commit),
+                ("throttled", h.create_throttled),
             ):
                 if x < p:
                     return name
                 x -= p
             return ""
         limit = h.lookup_error if operation == "refunds.get_by_key" else h.read_error
-        return "error_before_commit" if x < limit else ""
+        if x < limit:
+            return "error_before_commit"
+        return "throttled" if x < limit + h.read_throttled else ""
+
+    def _record_post(self, key: str, raw: bytes) -> None:
+        try:
+            body: Any = json.loads(raw or b"null")
+        except ValueError:
+            body = raw.decode("utf-8", errors="replace")
+        with self._lock:
+            self.posts.append({"key": key, "body": body, "at": time.time()})
+
+    def _throttle(self, req: BaseHTTPRequestHandler) -> None:
+        """Refuse before doing anything, saying when to come back, in one of the four ways."""
+        with self._lock:
+            self._throttles += 1
+            n = self._throttles
+        after = self.harsh.retry_after_s
+        value = str(after) if n % 2 else formatdate(time.time() + after, usegmt=True)
+        status = 429 if n % 4 in (1, 2) else 503
+        code = "rate_limited" if status == 429 else "overloaded"
+        self._write(
+            req, status, {"error": {"code": code, "message": "slow down"}}, {"Retry-After": value}
+        )
 
     def _serve(self, req: BaseHTTPRequestHandler, method: str) -> None:
         url = urlsplit(req.path)
@@ -142,11 +175,17 @@ class StandInSystems:
         except _Fail as f:
             self._write(req, f.status, _error(f))
             return
+        if operation == "refunds.create":
+            # Every POST that reached the system counts, throttled or refused ones included.
+            self._record_post(req.headers.get("Idempotency-Key") or "", raw)
         fault = self._roll(operation) if operation != "healthz" else ""
         if fault:
             self.faults.append(f"{operation}:{fault}")
         if fault == "error_before_commit":
             self._write(req, 503, {"error": {"code": "unavailable", "message": "try later"}})
+            return
+        if fault == "throttled":
+            self._throttle(req)
             return
         try:
             status, body, headers = handler(req, query, raw)
@@ -253,8 +292,6 @@ class StandInSystems:
             body = json.loads(raw or b"null")
         except ValueError:
             raise _Fail(400, "invalid_body") from None
-        with self._lock:
-            self.posts.append({"key": key, "body": body, "at": time.time()})
         if not _valid_body(body):
             raise _Fail(400, "invalid_body")
         wanted = (body["payment_id"], body["amount_minor"], body["currency"], body.get("reason"))

@@ -28,6 +28,7 @@ from agent_jobs.tools import (
     Rejected,
     ServiceFailed,
     ServiceRejected,
+    ServiceThrottled,
     SystemsConfig,
     ToolCall,
     ToolExecutor,
@@ -194,11 +195,12 @@ def test_4xx_is_a_definitive_rejection(
     assert e.value.code == code and e.value.status == status and not e.value.transient
 
 
-def test_429_is_transient(service: FakeService) -> None:
+def test_429_is_throttled_not_rejected(service: FakeService) -> None:
     service.script[("GET", "/x")] = [(429, {"error": {"code": "rate_limited", "message": ""}})]
-    with pytest.raises(ServiceRejected) as e:
+    with pytest.raises(ServiceThrottled) as e:
         adapter("GET", "/x", service.url).invoke(inv({}))
-    assert e.value.transient
+    assert e.value.code == "rate_limited" and e.value.status == 429
+    assert e.value.retry_after_s is None  # no Retry-After header: no hint
 
 
 def test_5xx_and_unreadable_2xx_are_service_failures(service: FakeService) -> None:

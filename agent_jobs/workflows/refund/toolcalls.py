@@ -18,12 +18,10 @@ from agent_jobs.tools import (
     AuditRecord,
     ExecContext,
     LoggingAuditSink,
-    Ok,
+    Outcome,
     PolicyStamp,
-    Rejected,
     ToolCall,
     ToolExecutor,
-    Unknown,
 )
 from agent_jobs.workflows.refund.wiring import RefundServices
 
@@ -79,7 +77,7 @@ def context(inp: wf.StepInput, scope: str, request_id: str) -> ExecContext:
 class ReadResult:
     tool: str
     args: dict[str, Any]
-    outcome: Ok | Rejected | Unknown
+    outcome: Outcome
 
 
 def run_reads(
@@ -114,8 +112,13 @@ def run_one(
     call: ToolCall,
     scope: str,
     request_id: str,
-) -> Ok | Rejected | Unknown:
-    """One call (the refund write, or a reconcile or verification read), audited."""
+) -> Outcome:
+    """One call (the refund write, or a reconcile or verification read), audited.
+
+    Besides ok, rejected and unknown, the outcome may be `Throttled` (429, or 503 with
+    `Retry-After`: nothing applied, come back after `retry_after_s`): for the write the workflow
+    maps it to the orchestrator's `Throttled`, for a reconcile read to `LookupFailed`, and a
+    read is retried after the delay, never failed for it."""
     audit = BufferedAudit()
     executor = ToolExecutor(services.tools, services.credentials, _counted(services, audit))
     outcome = executor.execute(call, context(inp, scope, request_id))
