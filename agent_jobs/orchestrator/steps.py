@@ -126,6 +126,30 @@ def action_summary(action: Action) -> dict[str, Any]:
     }
 
 
+def lease_lost(task: Any, *, by: str) -> Patch:
+    """EXECUTING whose holder lost its lease (found by a new claim or by the lease sweeper): the
+    call may have been sent, so the outcome is unknown, never failed (invariant 4). The one
+    patch for both finders, with one event name."""
+    rt = (task.state.get("runtime") or {}) if isinstance(task.state, dict) else {}
+    try:
+        action = Action.model_validate(rt.get("pending_action"))
+    except ValueError:
+        # No readable pending action (a corrupted checkpoint): nothing to reconcile by key;
+        # a person must look, and one bad row must not stall the sweeper for everyone.
+        return Patch(
+            to=S.ESCALATED,
+            event="lease_lost_during_effect",
+            data={"owner": task.lease_owner, "found_by": by, "pending_action": None},
+            outcome={"reason": "lost the lease during an effect whose record is unreadable"},
+        )
+    return Patch(
+        to=S.EXEC_UNKNOWN,
+        event="lease_lost_during_effect",
+        data={**action_summary(action), "owner": task.lease_owner, "found_by": by},
+        effect=EffectWrite(action, "unknown"),
+    )
+
+
 class Steps:
     def __init__(
         self,
@@ -527,15 +551,8 @@ class Steps:
 
     def executing_reclaimed(self, s: Session) -> Patch:
         """A fresh claim of an EXECUTING task: whoever held it lost the lease mid-call."""
-        rt = s.runtime()
-        action = Action.model_validate(rt["pending_action"])
         self.observer.reconciled("entered_unknown")
-        return Patch(
-            to=S.EXEC_UNKNOWN,
-            event="lease_lost_during_effect",
-            data=action_summary(action),
-            effect=EffectWrite(action, "unknown"),
-        )
+        return lease_lost(s.task, by="claim")
 
     # -- EXEC_UNKNOWN ----------------------------------------------------------------------
 

@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from agent_jobs.config import Settings
-from agent_jobs.core.contracts import Action
-from agent_jobs.core.patch import EffectWrite, Patch
+from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import Status
 from agent_jobs.orchestrator.ports import (
     BrokerProbe,
@@ -19,7 +18,7 @@ from agent_jobs.orchestrator.ports import (
     Observer,
     Publisher,
 )
-from agent_jobs.orchestrator.steps import action_summary
+from agent_jobs.orchestrator.steps import lease_lost
 from agent_jobs.store import Dispatch, Store, TaskRow
 
 log = logging.getLogger(__name__)
@@ -27,17 +26,6 @@ log = logging.getLogger(__name__)
 BROKER_LOST_MARK = "broker_lost_before"
 KINDS = ("lease", "dispatch", "retry", "unknown", "approvals", "held", "retention")
 MAX_BATCHES = 200  # one sweep call moves at most MAX_BATCHES * batch tasks, then yields
-
-
-def lost_lease_patch(task: TaskRow) -> Patch:
-    """EXECUTING with a lapsed lease: the call may have been sent. Unknown, never failed."""
-    action = Action.model_validate((task.state.get("runtime") or {})["pending_action"])
-    return Patch(
-        to=Status.EXEC_UNKNOWN,
-        event="lease_expired_during_effect",
-        data={**action_summary(action), "owner": task.lease_owner},
-        effect=EffectWrite(action, "unknown"),
-    )
 
 
 @dataclass
@@ -109,7 +97,7 @@ class Sweepers:
     def lease(self) -> int:
         def lost(task: TaskRow) -> Patch:
             self.observer.reconciled("entered_unknown")  # an EXECUTING task whose holder vanished
-            return lost_lease_patch(task)
+            return lease_lost(task, by="sweeper")
 
         n = self._drain(lambda: self.store.sweep_expired_leases(self.settings.sweep_batch, lost))
         if n:

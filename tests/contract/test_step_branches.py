@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import update
+
 from agent_jobs.core.contracts import Action
 from agent_jobs.core.errors import InvalidInput
 from agent_jobs.core.states import Status
 from agent_jobs.orchestrator import workflow as wf
+from agent_jobs.store.schema import tasks
 from tests.contract.test_step_failures import Scripted, events, run
 
 S = Status
@@ -151,3 +154,29 @@ def test_policy_that_denies_when_an_expired_grant_would_be_asked_again_escalates
     final = h.settle(task.id)
     assert final.status is S.ESCALATED
     assert events(store, task.id)[-1] == "policy_denied_on_retry"
+
+
+def test_a_lost_lease_over_an_unreadable_effect_record_escalates_and_the_sweep_goes_on(
+    store: Any, tenant: str
+) -> None:
+    """One corrupted row must not stall the lease sweeper for every other task."""
+    holder: dict[str, Any] = {}
+
+    def execute(self: Scripted, i: wf.StepInput, a: Action) -> wf.EffectOutcome:
+        h = holder["h"]
+        with h.store.tx() as conn:  # the checkpoint loses its pending action (a bug elsewhere)
+            conn.execute(
+                update(tasks)
+                .where(tasks.c.id == i.task_id)
+                .values(state={"runtime": {"pending_action": None}})
+            )
+        h.expire_lease(i.task_id)
+        assert h.sweepers.lease() == 1
+        return wf.Ok({})
+
+    h, task = run(store, tenant, Scripted(execute=execute))
+    holder["h"] = h
+    h.run_until_idle()
+    final = store.get(task.id)
+    assert final.status is S.ESCALATED
+    assert "lease_lost_during_effect" in events(store, task.id)

@@ -165,7 +165,7 @@ def test_an_unusable_grant_rolls_back_the_intent(store: Store, tenant: str, spoi
 
 def test_lapsed_lease_during_effect_becomes_exec_unknown(store: Store, tenant: str) -> None:
     """Invariant 4: the call may have been sent, so the lease sweeper moves the task to
-    EXEC_UNKNOWN (effect `unknown`, event `lease_expired_during_effect`), never FAILED."""
+    EXEC_UNKNOWN (effect `unknown`, event `lease_lost_during_effect`), never FAILED."""
     act = action()
     lease = executing(store, tenant, act)
     expire_lease(store, lease.task_id)
@@ -179,7 +179,7 @@ def test_lapsed_lease_during_effect_becomes_exec_unknown(store: Store, tenant: s
     assert eff.status == "unknown" and eff.idempotency_key == act.idempotency_key
     last = store.events(lease.task_id)[-1]
     assert (last.type, last.from_status, last.to_status) == (
-        "lease_expired_during_effect",
+        "lease_lost_during_effect",
         S.EXECUTING,
         S.EXEC_UNKNOWN,
     )
@@ -190,7 +190,7 @@ def test_lapsed_lease_during_effect_becomes_exec_unknown(store: Store, tenant: s
     with pytest.raises(StaleTransition):
         store.commit(lease, to(S.VERIFYING, "effect_ok", effect=EffectWrite(act, "committed")))
     assert sweep.lease() == 0
-    assert event_types(store, lease.task_id).count("lease_expired_during_effect") == 1
+    assert event_types(store, lease.task_id).count("lease_lost_during_effect") == 1
 
 
 def test_a_live_executing_lease_is_left_alone(store: Store, tenant: str) -> None:

@@ -28,7 +28,8 @@ from sqlalchemy import (
 )
 
 from agent_jobs.core.states import Status
-from agent_jobs.orchestrator.sweepers import KINDS, Sweepers, lost_lease_patch
+from agent_jobs.orchestrator.steps import lease_lost
+from agent_jobs.orchestrator.sweepers import KINDS, Sweepers
 from agent_jobs.store import Dispatch, Store
 from agent_jobs.store import sweeps as sweep_sql
 from agent_jobs.store.schema import approvals, effects, tasks
@@ -45,6 +46,11 @@ from tests.contract.support import (
     shift,
     to,
 )
+
+
+def lost_lease_patch(task: Any) -> Any:
+    return lease_lost(task, by="sweeper")
+
 
 PER_KIND = 150  # due tasks of each of the seven kinds below: 1,050 in all
 SETTINGS = replace(TEST_SETTINGS, sweep_batch=25)  # many small batches: the sweepers interleave
@@ -282,7 +288,7 @@ def test_two_sweepers_at_once_dispatch_every_due_task_exactly_once(
     for task_id in seeded.due["lease_effect"]:
         row = store.get(task_id)
         assert (row.status, row.version) == (S.EXEC_UNKNOWN, 4)
-        assert [e.type for e in store.events(task_id)] == ["lease_expired_during_effect"]
+        assert [e.type for e in store.events(task_id)] == ["lease_lost_during_effect"]
     for task_id in seeded.due["lease"][:10]:
         assert [e.type for e in store.events(task_id)] == ["lease_expired"]
     for task_id in seeded.due["approval"][:10]:
