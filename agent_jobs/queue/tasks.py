@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+from agent_jobs.orchestrator.sweepers import KINDS
 from agent_jobs.queue.app import app
 from agent_jobs.queue.runtime import get_runtime
 
@@ -24,36 +26,14 @@ def _sweep(kind: str) -> int:
     return count
 
 
-@app.task(name="agent_jobs.sweep.lease", ignore_result=True)
-def sweep_lease() -> int:
-    return _sweep("lease")
+def _sweep_task(kind: str) -> Any:
+    def sweep() -> int:
+        return _sweep(kind)
+
+    sweep.__name__ = sweep.__qualname__ = f"sweep_{kind}"
+    sweep.__doc__ = f"The {kind} sweeper (beat runs it; `agent-jobs sweep {kind}` by hand)."
+    return app.task(name=f"agent_jobs.sweep.{kind}", ignore_result=True)(sweep)
 
 
-@app.task(name="agent_jobs.sweep.dispatch", ignore_result=True)
-def sweep_dispatch() -> int:
-    return _sweep("dispatch")
-
-
-@app.task(name="agent_jobs.sweep.retry", ignore_result=True)
-def sweep_retry() -> int:
-    return _sweep("retry")
-
-
-@app.task(name="agent_jobs.sweep.unknown", ignore_result=True)
-def sweep_unknown() -> int:
-    return _sweep("unknown")
-
-
-@app.task(name="agent_jobs.sweep.held", ignore_result=True)
-def sweep_held() -> int:
-    return _sweep("held")
-
-
-@app.task(name="agent_jobs.sweep.approvals", ignore_result=True)
-def sweep_approvals() -> int:
-    return _sweep("approvals")
-
-
-@app.task(name="agent_jobs.sweep.retention", ignore_result=True)
-def sweep_retention() -> int:
-    return _sweep("retention")
+# One Celery task per sweeper kind, named agent_jobs.sweep.<kind>: derived from KINDS.
+SWEEPS: dict[str, Any] = {kind: _sweep_task(kind) for kind in KINDS}
