@@ -12,12 +12,14 @@ COPY agent_jobs ./agent_jobs
 COPY db ./db
 RUN pip install . && rm -rf /src
 
-# An unprivileged user; /var/lib/agent_jobs holds the example workflow's ledger file.
+# An unprivileged user; /var/lib/agent_jobs holds the example workflow's ledger file and
+# /var/lib/agent_jobs_sim the simulator's state (compose mounts volumes there: a fresh named
+# volume takes the owner of the directory it is mounted on).
 RUN useradd --create-home --uid 10001 agent \
-    && mkdir -p /var/lib/agent_jobs \
-    && chown agent /var/lib/agent_jobs
+    && mkdir -p /var/lib/agent_jobs /var/lib/agent_jobs_sim \
+    && chown agent /var/lib/agent_jobs /var/lib/agent_jobs_sim
 USER agent
 WORKDIR /home/agent
 
-EXPOSE 8000 9808 5555
+EXPOSE 8000 9808 5555 8090
 CMD ["agent-jobs", "api", "--host", "0.0.0.0", "--port", "8000"]

@@ -9,14 +9,19 @@ PG_URL ?= postgresql://postgres@127.0.0.1:5432
 REDIS_URL ?= redis://127.0.0.1:6379
 BENCH_ENV := AGENT_JOBS_DATABASE_URL=$(PG_URL)/agent_jobs_bench AGENT_JOBS_BROKER_URL=$(REDIS_URL)/5
 
-# `make api / worker / beat / flower` run the real thing on local Postgres and Redis.
-DEV_JWT_SECRET ?= dev-only-secret-change-me-0123456789
+# `make sim / api / worker / beat / flower` run the real thing on local Postgres and Redis.
+# The secrets are yours: AGENT_JOBS_JWT_SECRET / AGENT_JOBS_TOOL_SECRET if exported, else ones
+# generated on first use into .venv (never a well-known default: the API would accept anyone's
+# tokens).
 API_URL ?= http://127.0.0.1:8000
+SECRET_FILE := $(VENV)/jwt-secret
+TOOL_SECRET_FILE := $(VENV)/tool-secret
 SERVICE_ENV := AGENT_JOBS_DATABASE_URL=$(PG_URL)/agent_jobs AGENT_JOBS_BROKER_URL=$(REDIS_URL)/0 \
-	AGENT_JOBS_JWT_SECRET=$(DEV_JWT_SECRET)
+	AGENT_JOBS_JWT_SECRET="$${AGENT_JOBS_JWT_SECRET:-$$(cat $(SECRET_FILE))}" \
+	AGENT_JOBS_TOOL_SECRET="$${AGENT_JOBS_TOOL_SECRET:-$$(cat $(TOOL_SECRET_FILE))}"
 
 .PHONY: install demo demo-example test lint format bench bench-transitions bench-fairness bench-sweep bench-scale \
-	chaos api worker beat flower schemathesis compose-config clean help
+	chaos db sim api worker beat flower token schemathesis compose-config clean help
 
 help:
 	@echo "make install   create .venv and install agent_jobs with its dev tools"
@@ -26,7 +31,9 @@ help:
 	@echo "make bench     the runtime's three benchmarks on Postgres + Redis"
 	@echo "make bench-scale   scale and fairness: 1000 tenants, a noisy neighbour, cost-weighted shares"
 	@echo "make chaos     hundreds of tasks, workers SIGKILLed, broker flushed: lost/duplicates"
-	@echo "make api | worker | beat | flower   run the services on local Postgres and Redis"
+	@echo "make db        create and migrate the local database (make api does it too)"
+	@echo "make sim | api | worker | beat | flower   run the services on local Postgres and Redis"
+	@echo "make token TENANT=acme SUB=alice [ROLE=approver]   a bearer token for make api"
 	@echo "make schemathesis   fuzz a running API (make api) against its OpenAPI document"
 
 $(STAMP): pyproject.toml
@@ -77,21 +84,38 @@ bench-scale: $(STAMP)
 chaos: $(STAMP)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench chaos --tasks 300
 
-api: $(STAMP)
+$(VENV)/%-secret: | $(STAMP)
+	@umask 077 && $(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(32))' > $@
+	@echo "generated a secret in $@ (or export AGENT_JOBS_JWT_SECRET / AGENT_JOBS_TOOL_SECRET)"
+
+db: $(STAMP) $(SECRET_FILE) $(TOOL_SECRET_FILE)
 	$(SERVICE_ENV) $(BIN)/python -c "from agent_jobs.store.admin import ensure_database as e; import os; e(os.environ['AGENT_JOBS_DATABASE_URL'])"
 	$(SERVICE_ENV) $(BIN)/agent-jobs db upgrade
+
+# The business-systems simulator the refund workflow calls (AGENT_JOBS_SYSTEMS_URL's default).
+sim: $(STAMP)
+	$(BIN)/agent-jobs sim serve --port 8090
+
+api: db
 	$(SERVICE_ENV) $(BIN)/agent-jobs api --host 127.0.0.1 --port 8000
 
-worker: $(STAMP)
-	$(SERVICE_ENV) $(BIN)/agent-jobs worker --metrics-port 9808 -- --loglevel=INFO
+worker: $(STAMP) $(SECRET_FILE) $(TOOL_SECRET_FILE)
+	$(SERVICE_ENV) $(BIN)/agent-jobs worker --metrics-port 9808 --metrics-addr 127.0.0.1 -- --loglevel=INFO
 
-beat: $(STAMP)
-	$(SERVICE_ENV) $(BIN)/celery -A agent_jobs beat --loglevel INFO
+beat: $(STAMP) $(SECRET_FILE) $(TOOL_SECRET_FILE)
+	$(SERVICE_ENV) $(BIN)/celery -A agent_jobs beat --loglevel INFO --schedule $(VENV)/celerybeat-schedule
 
-flower: $(STAMP)
-	FLOWER_UNAUTHENTICATED_API=true $(SERVICE_ENV) $(BIN)/agent-jobs flower -- --port=5555 --address=127.0.0.1
+# Behind basic auth when FLOWER_BASIC_AUTH=user:password is exported; otherwise unauthenticated
+# and served on 127.0.0.1 only.
+flower: $(STAMP) $(SECRET_FILE) $(TOOL_SECRET_FILE)
+	$(SERVICE_ENV) $(BIN)/agent-jobs flower $(if $(FLOWER_BASIC_AUTH),,--unauthenticated) -- --port=5555 --address=127.0.0.1
 
-schemathesis: $(STAMP)
+TENANT ?= acme
+SUB ?= $(or $(USER),me)
+token: $(STAMP) $(SECRET_FILE) $(TOOL_SECRET_FILE)
+	@$(SERVICE_ENV) $(BIN)/agent-jobs token --tenant $(TENANT) --sub $(SUB) $(if $(ROLE),--role $(ROLE))
+
+schemathesis: $(STAMP) $(SECRET_FILE) $(TOOL_SECRET_FILE)
 	SCHEMATHESIS_TOKEN="$$($(SERVICE_ENV) $(BIN)/agent-jobs token --tenant st --sub schemathesis --role approver)" \
 	  $(BIN)/schemathesis --config-file deploy/schemathesis.toml run $(API_URL)/openapi.json --checks all
 

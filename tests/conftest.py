@@ -3,6 +3,9 @@ AGENT_JOBS_REQUIRE_SERVICES=1, as in CI), SQLite always, and workers in-thread o
 
 The Celery app reads its settings when first used, so this module points the broker at the test
 Redis and gives this session its own queue prefix before anything imports `agent_jobs.queue`.
+It *forces* them: a shell that exported a real deployment's AGENT_JOBS_* variables (the README's
+"Run it for real") must not lend the tests its broker, database or secrets; and a test Redis the
+tests may not flush is refused before any test runs (tests/services.py).
 """
 
 from __future__ import annotations
@@ -17,19 +20,44 @@ import pytest
 from tests.services import (
     PG_ADMIN_URL,
     REDIS_URL,
+    UnsafeTestService,
+    check_test_database_name,
+    check_test_redis,
+    database_url_for,
+    new_test_database_name,
     postgres_available,
     redis_available,
     require_services,
 )
 
+# Judged against the environment as the user exported it, before it is replaced below.
+try:
+    check_test_redis(REDIS_URL, os.environ)
+    _REFUSED: str | None = None
+except UnsafeTestService as exc:
+    _REFUSED = str(exc)
+
+# Kept from the caller's environment: the tests' own knobs. Everything else AGENT_JOBS_* is a
+# deployment's (URLs, secrets, a Celery config module, model routes) and is dropped.
+_KEPT = ("AGENT_JOBS_TEST_", "AGENT_JOBS_REQUIRE_SERVICES", "AGENT_JOBS_STATEFUL_",
+         "AGENT_JOBS_STANDIN_", "AGENT_JOBS_DEBUG")  # fmt: skip
+for _name in [n for n in os.environ if n.startswith("AGENT_JOBS_")]:
+    if not _name.startswith(_KEPT):
+        del os.environ[_name]
+
 SESSION_PREFIX = f"ajt{os.getpid()}"
-os.environ.setdefault("AGENT_JOBS_BROKER_URL", REDIS_URL)
-os.environ.setdefault("AGENT_JOBS_QUEUE_PREFIX", SESSION_PREFIX)
-os.environ.setdefault("AGENT_JOBS_LEASE_TTL_S", "2")
-os.environ.setdefault("AGENT_JOBS_DISPATCH_GRACE_S", "1")
-os.environ.setdefault("AGENT_JOBS_RETRY_BASE_S", "0.05")
-os.environ.setdefault("AGENT_JOBS_RETRY_MAX_S", "0.2")
-os.environ.setdefault("AGENT_JOBS_SWEEP_INTERVAL_S", "0.5")
+os.environ["AGENT_JOBS_BROKER_URL"] = REDIS_URL
+os.environ["AGENT_JOBS_QUEUE_PREFIX"] = SESSION_PREFIX
+os.environ["AGENT_JOBS_LEASE_TTL_S"] = "2"
+os.environ["AGENT_JOBS_DISPATCH_GRACE_S"] = "1"
+os.environ["AGENT_JOBS_RETRY_BASE_S"] = "0.05"
+os.environ["AGENT_JOBS_RETRY_MAX_S"] = "0.2"
+os.environ["AGENT_JOBS_SWEEP_INTERVAL_S"] = "0.5"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _REFUSED is not None:
+        raise pytest.UsageError(f"agent_jobs tests refused to start: {_REFUSED}")
 
 
 def _need(available: bool, what: str) -> None:
@@ -47,15 +75,16 @@ def pg_database() -> Iterator[str]:
     from agent_jobs.store.engine import make_engine
     from agent_jobs.store.migrate import upgrade
 
-    name = f"aj_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    name = new_test_database_name()
     admin = make_engine(PG_ADMIN_URL)
     with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    url = database_url_for(name)
     engine = make_engine(url)
     upgrade(engine)
     engine.dispose()
     yield url
+    check_test_database_name(name)
     with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     admin.dispose()

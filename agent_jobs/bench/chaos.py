@@ -22,6 +22,7 @@ from agent_jobs.bench.common import bench_env, require_services
 from agent_jobs.bench.common import progress as say
 from agent_jobs.bench.procs import WorkerProcess
 from agent_jobs.core.contracts import TaskRequest
+from agent_jobs.core.errors import ConfigError
 from agent_jobs.core.states import TERMINAL, Status
 
 CHAOS_ENV = {
@@ -34,11 +35,28 @@ CHAOS_ENV = {
 }
 
 
+ALLOW_DB0 = "AGENT_JOBS_BENCH_ALLOW_DB0"
+
+
+def refuse_shared_broker_db(broker_url: str) -> None:
+    """The chaos run flushes its broker's Redis database (FLUSHDB, never FLUSHALL). Database 0
+    is every client's default, and most likely a real deployment's: refused unless
+    AGENT_JOBS_BENCH_ALLOW_DB0=1 says it is this run's to flush."""
+    db = redis.Redis.from_url(broker_url).connection_pool.connection_kwargs.get("db") or 0
+    if int(db) == 0 and os.environ.get(ALLOW_DB0) != "1":
+        raise ConfigError(
+            f"bench chaos flushes its broker's Redis database, and AGENT_JOBS_BROKER_URL is "
+            f"database 0: use a database of its own (e.g. redis://127.0.0.1:6379/5, as `make "
+            f"chaos` does), or set {ALLOW_DB0}=1 if database 0 may be flushed"
+        )
+
+
 def run(  # noqa: PLR0915 - one scenario, read top to bottom
     *, tasks: int, workers: int, kill_every_s: float, flushes: int, timeout_s: float, seed: int,
     progress: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
-    require_services()
+    _, broker_url = require_services()
+    refuse_shared_broker_db(broker_url)
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="agent-jobs-chaos-"))
     env = bench_env({**CHAOS_ENV, "AGENT_JOBS_EXAMPLE_BACKEND": str(tmp / "ledger.db")})

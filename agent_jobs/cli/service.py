@@ -12,8 +12,8 @@ import tempfile
 from typing import Any
 
 from agent_jobs.config import settings
-from agent_jobs.core.contracts import check_tenant_id
-from agent_jobs.core.errors import InvalidInput
+from agent_jobs.core.errors import ConfigError, InvalidInput
+from agent_jobs.core.identity import check_tenant_id
 
 
 def cmd_api(args: argparse.Namespace) -> int:
@@ -90,6 +90,31 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+_LOCAL_ADDRESSES = ("", "127.0.0.1", "localhost", "::1")
+
+
+def _require_flower_auth(options: Any, *, unauthenticated: bool) -> None:
+    """Flower can revoke tasks, shut workers down and read every task's arguments: it runs only
+    behind authentication (`--basic-auth` / FLOWER_BASIC_AUTH, or Flower's OAuth `--auth`), or,
+    for one person on their own machine, explicitly unauthenticated and bound to 127.0.0.1."""
+    if options.basic_auth or options.auth:
+        return
+    if not unauthenticated:
+        raise ConfigError(
+            "flower needs authentication: set FLOWER_BASIC_AUTH=user:password (or pass "
+            "-- --basic-auth=user:password, or Flower's --auth for OAuth); for local use only, "
+            "--unauthenticated serves it on 127.0.0.1"
+        )
+    if options.address not in _LOCAL_ADDRESSES:
+        raise ConfigError(
+            f"flower --unauthenticated serves on 127.0.0.1 only, not on {options.address!r}: "
+            "set FLOWER_BASIC_AUTH=user:password to serve it on another address"
+        )
+    options.address = "127.0.0.1"
+    # Flower's HTTP API (queue lengths for scripts) is off without authentication unless asked.
+    os.environ["FLOWER_UNAUTHENTICATED_API"] = "true"
+
+
 def cmd_flower(args: argparse.Namespace) -> int:
     """Flower, re-inspecting the workers every `--refresh-s` seconds.
 
@@ -114,6 +139,13 @@ def cmd_flower(args: argparse.Namespace) -> int:
     flower_args = [a for a in args.flower_args if a != "--"]
     apply_env_options()
     apply_options("flower", flower_args)
+    _require_flower_auth(options, unauthenticated=args.unauthenticated)
+    if not any(a.startswith(("--enable_events", "--enable-events")) for a in flower_args) and (
+        "FLOWER_ENABLE_EVENTS" not in os.environ
+    ):
+        # Flower turns the workers' task events on by default: three extra publishes per step
+        # that queue lengths do not need. They follow AGENT_JOBS_TASK_EVENTS, as in the workers.
+        options.enable_events = os.environ.get("AGENT_JOBS_TASK_EVENTS") == "1"
     extract_settings()
     setup_logging()
     server = Flower(capp=app, options=options, **flower_settings)
@@ -159,5 +191,11 @@ def register(sub: Any) -> None:
         description="Runs Flower on the agent_jobs app with the arguments after `--`.",
     )
     p.add_argument("--refresh-s", type=float, default=None, help="default 5 s; 0 turns it off")
+    p.add_argument(
+        "--unauthenticated",
+        action="store_true",
+        help="local use only: no authentication, served on 127.0.0.1 (otherwise "
+        "FLOWER_BASIC_AUTH=user:password or -- --basic-auth=user:password is required)",
+    )
     p.add_argument("flower_args", nargs=argparse.REMAINDER, help="-- then Flower options")
     p.set_defaults(func=cmd_flower)

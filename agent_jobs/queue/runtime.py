@@ -6,9 +6,14 @@ database connections.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import threading
 from dataclasses import dataclass
+from typing import Any
+
+from celery.signals import beat_init, worker_init
 
 from agent_jobs.config import Settings, settings
 from agent_jobs.core.errors import ConfigError
@@ -147,3 +152,68 @@ def set_runtime(runtime: Runtime | None) -> None:
     global _runtime
     with _lock:
         _runtime = runtime
+
+
+EXIT_NOT_MIGRATED = 3
+
+
+def schema_problem(store: Store) -> str | None:
+    """Why this database cannot serve a worker or beat yet (None: it can): not migrated, at
+    another revision, or unreachable. Every step and sweep would otherwise fail with a traceback."""
+    from sqlalchemy.exc import SQLAlchemyError  # noqa: PLC0415
+
+    where = store.engine.url.render_as_string(hide_password=True)
+    # Alembic logs its plugins (on import) and its context at INFO: noise at every start.
+    alembic_log = logging.getLogger("alembic")
+    level = alembic_log.level
+    alembic_log.setLevel(logging.WARNING)
+    try:
+        from agent_jobs.store.migrate import schema_lag  # noqa: PLC0415
+
+        lag = schema_lag(store.engine)
+    except SQLAlchemyError as exc:
+        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        return f"cannot reach the database at {where} ({first[0] if first else type(exc).__name__})"
+    finally:
+        alembic_log.setLevel(level)
+    return None if lag is None else f"{where}: {lag}"
+
+
+def exit_unless_migrated(**_: Any) -> None:
+    """At worker and beat start (Celery's `worker_init` / `beat_init`): one line and exit status
+    3 if the schema is not there, instead of a traceback for every step and every sweep. Exiting,
+    not waiting: a supervisor (compose's restart policy, systemd) retries, and a person at a
+    terminal sees the command to run."""
+    problem = schema_problem(get_runtime().store)
+    if problem is not None:
+        print(f"agent-jobs: {problem}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_NOT_MIGRATED)
+
+
+# Celery logs two INFO lines for every message ("Task ... received", "Task ... succeeded in"):
+# with one message per step and seven sweepers on a short interval, a worker at INFO would
+# write thousands of lines a minute that say nothing the task's event log does not. Failures,
+# retries and rejections are WARNING or ERROR and still show; `--loglevel DEBUG` shows it all.
+PER_MESSAGE_LOGGERS = ("celery.app.trace", "celery.worker.strategy")
+
+
+def quiet_per_message_logs(sender: Any = None, **_: Any) -> None:
+    """At worker start (before Celery builds its tracers, which read the level once): the
+    per-message loggers at WARNING, unless the worker runs at DEBUG."""
+    level = getattr(sender, "loglevel", logging.INFO)
+    if not isinstance(level, int) or level > logging.DEBUG:
+        for name in PER_MESSAGE_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def quiet_beat_schedule_logs(**_: Any) -> None:
+    """Beat at INFO logs "Sending due task" for every sweeper every interval (seven lines every
+    few seconds); what a sweep did is logged by the worker that ran it. Kept at DEBUG."""
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("celery.beat").setLevel(logging.WARNING)
+
+
+worker_init.connect(exit_unless_migrated, weak=False, dispatch_uid="agent_jobs.schema_check")
+worker_init.connect(quiet_per_message_logs, weak=False, dispatch_uid="agent_jobs.quiet_logs")
+beat_init.connect(exit_unless_migrated, weak=False, dispatch_uid="agent_jobs.schema_check.beat")
+beat_init.connect(quiet_beat_schedule_logs, weak=False, dispatch_uid="agent_jobs.quiet_beat")

@@ -44,3 +44,25 @@ def current_revision(engine: Engine) -> str | None:
 
 def head_revision(engine: Engine) -> str | None:
     return ScriptDirectory.from_config(_config(engine)).get_current_head()
+
+
+def head_revisions() -> frozenset[str]:
+    """The head revision(s) of the migrations shipped with this installation (no database)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    return frozenset(ScriptDirectory.from_config(cfg).get_heads())
+
+
+def schema_lag(engine: Engine, heads: frozenset[str] | None = None) -> str | None:
+    """None when the database is migrated to head; otherwise one line saying what it is at.
+
+    One small query (`alembic_version`); pass `heads` (from `head_revisions()`, which reads the
+    migration scripts) to keep a frequent caller, such as a readiness probe, off the disk."""
+    wanted = head_revisions() if heads is None else heads
+    with engine.connect() as conn:
+        current = frozenset(MigrationContext.configure(conn).get_current_heads())
+    if current == wanted:
+        return None
+    at = ", ".join(sorted(current)) or "no revision (never migrated)"
+    head = ", ".join(sorted(wanted))
+    return f"the database schema is at {at}, not at head {head}: run `agent-jobs db upgrade`"

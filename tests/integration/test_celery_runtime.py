@@ -1,8 +1,8 @@
 """The runtime through real Celery: an in-thread worker on the test Redis, state in Postgres.
 
 Invariant 5 (nothing runnable is forgotten) is exercised here against a real broker: a tenant
-that appears after the worker started, a broker that loses every message (FLUSHALL), and a
-step whose next dispatch is lost between the commit and the publish.
+that appears after the worker started, a broker that loses every message (its database
+flushed), and a step whose next dispatch is lost between the commit and the publish.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import redis
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.states import Status
 from tests.conftest import _truncate
+from tests.services import check_test_redis
 from tests.support.live import live_env, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
@@ -69,10 +70,12 @@ def test_a_new_tenant_is_consumed_without_a_restart(live: Any, worker: Any, tena
 
 @pytest.mark.dispatch_grace(600)
 def test_every_task_finishes_after_the_broker_is_flushed_mid_run(live: Any, worker: Any) -> None:
-    """Redis FLUSHALL mid-run (a restart without persistence): every queued message and every
-    binding is gone. The sweeper notices the missing sentinel and re-dispatches at once — the
-    10-minute grace shows it is the sentinel, not the age of the dispatch, that recovers them.
-    Every task still finishes, and no effect happens twice."""
+    """The broker's database flushed mid-run (a restart without persistence): every queued
+    message and every binding is gone. FLUSHDB of the tests' own database number, never
+    FLUSHALL, which would wipe every other database of that Redis. The sweeper notices the
+    missing sentinel and re-dispatches at once — the 10-minute grace shows it is the sentinel,
+    not the age of the dispatch, that recovers them. Every task still finishes, and no effect
+    happens twice."""
     from agent_jobs.workflows.example_backend import ExampleBackend
 
     ids: list[str] = []
@@ -101,7 +104,9 @@ def test_every_task_finishes_after_the_broker_is_flushed_mid_run(live: Any, work
     ids += payouts
     wait_until("some progress", lambda: sum(live.store.get(t).version > 3 for t in ids) >= 6, 60)
     assert not _done(live, ids), "flush too late to matter; make the workload longer"
-    redis.Redis.from_url(live.settings.broker_url).flushall()
+    broker_url = live.settings.broker_url
+    check_test_redis(broker_url, {})  # only the tests' own database, never db 0
+    redis.Redis.from_url(broker_url).flushdb()
     wait_until("every task finished", lambda: _done(live, ids), 120, every_s=0.2)
     assert {live.store.get(t).status for t in ids} == {Status.COMPLETED}
     ledger = ExampleBackend()

@@ -59,8 +59,14 @@ def worker(pg_database: str, pg_store: Any, redis_url: str) -> Iterator[Any]:
             _release.set()
 
 
+# Flower runs behind basic auth, as `agent-jobs flower` requires; its API is never opened up with
+# FLOWER_UNAUTHENTICATED_API.
+AUTH = ("ops", "flower-test-password")
+
+
 def start_flower(command: list[str], port: int, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "FLOWER_UNAUTHENTICATED_API": "true"}
+    env = {k: v for k, v in os.environ.items() if k != "FLOWER_UNAUTHENTICATED_API"}
+    env["FLOWER_BASIC_AUTH"] = ":".join(AUTH)
     out = log.open("wb")
     proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
 
@@ -68,7 +74,7 @@ def start_flower(command: list[str], port: int, log: Path) -> subprocess.Popen[b
         if proc.poll() is not None:
             raise AssertionError(f"flower exited: {log.read_text()[-2000:]}")
         try:
-            return requests.get(f"http://127.0.0.1:{port}/healthcheck", timeout=1).ok
+            return requests.get(f"http://127.0.0.1:{port}/healthcheck", auth=AUTH, timeout=1).ok
         except requests.ConnectionError:
             return False
 
@@ -86,7 +92,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def queue_lengths(port: int) -> dict[str, int]:
-    r = requests.get(f"http://127.0.0.1:{port}/api/queues/length", timeout=10)
+    r = requests.get(f"http://127.0.0.1:{port}/api/queues/length", auth=AUTH, timeout=10)
     r.raise_for_status()
     return {q["name"]: q["messages"] for q in r.json()["active_queues"]}
 
@@ -136,7 +142,7 @@ def test_flower_lists_tenant_queues_and_their_lengths(
         wait_until("the worker to consume it", lambda: _consuming(worker, second))
         hold_messages(worker, second, second_tenant, 3)
         requests.get(
-            f"http://127.0.0.1:{port}/api/workers?refresh=1", timeout=30
+            f"http://127.0.0.1:{port}/api/workers?refresh=1", auth=AUTH, timeout=30
         ).raise_for_status()
         lengths = wait_until("Flower to count it", lambda: _with(port, second, 3))
         assert lengths[second] == 3 and lengths[first] == 0
@@ -169,6 +175,56 @@ def test_agent_jobs_flower_picks_up_new_tenants_by_itself(
         hold_messages(worker, queue, tenant, 2)
         lengths = wait_until("Flower to show it unasked", lambda: _with(port, queue, 2))
         assert lengths[queue] == 2
+    finally:
+        stop(proc)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--", "--port=0"], "FLOWER_BASIC_AUTH"),
+        (["--unauthenticated", "--", "--port=0", "--address=0.0.0.0"], "127.0.0.1 only"),
+    ],
+)
+def test_agent_jobs_flower_refuses_to_serve_without_authentication(
+    args: list[str], needle: str
+) -> None:
+    """No credentials, or unauthenticated on a public address: one line, a non-zero exit, and
+    nothing listening. (FLOWER_UNAUTHENTICATED_API in the environment does not count.)"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWER_")}
+    env["FLOWER_UNAUTHENTICATED_API"] = "true"
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent_jobs.cli", "flower", *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("agent-jobs: error:"), proc.stderr
+    assert needle in lines[0]
+
+
+def test_agent_jobs_flower_unauthenticated_is_local_only(tmp_path: Path) -> None:
+    """`--unauthenticated` (local use) serves on 127.0.0.1, whatever address Flower defaults to."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWER_")}
+    log = tmp_path / "flower.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent_jobs.cli", "flower", "--unauthenticated", "--refresh-s",
+         "0", "--", f"--port={port}"],
+        cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+
+        def up() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"flower exited: {log.read_text()[-2000:]}")
+            try:
+                return requests.get(f"http://127.0.0.1:{port}/healthcheck", timeout=1).ok
+            except requests.ConnectionError:
+                return False
+
+        wait_until("Flower to answer", up, timeout_s=60)
+        assert f"http://127.0.0.1:{port}/" in log.read_text()
     finally:
         stop(proc)
 
