@@ -93,11 +93,31 @@ class Session:
             trace_id=t.trace_id,
             cancel_requested=t.cancel_requested,
             emit=self.emit,
+            resumed=resumed_from(t.state),
         )
 
 
 def _same(value: Any) -> Any:
     return value
+
+
+def resumed_from(state: dict[str, Any]) -> wf.Resumed | None:
+    """The typed view of the orchestrator's last note (see `note`)."""
+    notes = (state.get("runtime") or {}).get("notes") or []
+    if not notes or not isinstance(notes[-1], dict):
+        return None
+    last = dict(notes[-1])
+    kind = str(last.pop("kind", ""))
+    if kind not in wf.RESUME_KINDS:
+        return None
+    reason = last.pop("reason", "")
+    code = last.pop("code", "")
+    return wf.Resumed(
+        kind=kind,
+        reason="" if reason is None else str(reason),
+        code="" if code is None else str(code),
+        detail=last,
+    )
 
 
 def with_runtime(

@@ -35,6 +35,7 @@ def periods(interval_s: float) -> dict[str, float]:
     """How often beat runs each sweeper, given the sweep interval."""
     return {kind: max(interval_s, MIN_PERIOD_S.get(kind, 0.0)) for kind in KINDS}
 
+
 MAX_BATCHES = 200  # one sweep call moves at most MAX_BATCHES * batch tasks, then yields
 
 

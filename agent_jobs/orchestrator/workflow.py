@@ -7,11 +7,39 @@ a field breaks no workflow.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from agent_jobs.core.contracts import Action
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """Why the task is back in RUNNING: the last thing the orchestrator recorded for the
+    workflow's next decision. `kind` is one of `RESUME_KINDS`; `reason` and `code` carry what
+    the orchestrator learned (a policy's reason, a system's rejection code); `detail` the rest
+    (action identity, approval id, approver)."""
+
+    kind: str
+    reason: str = ""
+    code: str = ""
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+# What `Resumed.kind` may say (the orchestrator writes no other).
+RESUME_KINDS = frozenset(
+    {
+        "policy_denied",  # the proposal was denied by policy
+        "approval_denied",  # a person denied it
+        "approval_expired",  # nobody decided in time
+        "approval_invalid",  # the grant failed revalidation at use (`reason` says which check)
+        "approval_expired_before_retry",  # an unknown effect's grant lapsed before the retry
+        "effect_rejected",  # the system of record refused the effect (`code`)
+        "effect_committed",  # the effect happened (after_effect chose to continue)
+        "redraft",  # the verifier sent the draft back (`reason`)
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -31,6 +59,9 @@ class StepInput:
     cancel_requested: bool
     # Append a non-transition event to the task's trace (tool audit records, model calls).
     emit: Callable[[str, dict[str, Any]], None] = field(compare=False, repr=False)
+    # Why the task is back in RUNNING (None on its first decision): read this, not the
+    # orchestrator's own bookkeeping in `state["runtime"]`.
+    resumed: Resumed | None = None
 
 
 # -- decide (RUNNING) ----------------------------------------------------------------------------

@@ -85,14 +85,13 @@ class ExampleWorkflow:
 
     def decide(self, inp: wf.StepInput) -> wf.Decision:
         state = dict(inp.state)
-        notes = (state.get("runtime") or {}).get("notes", [])
-        last = notes[-1]["kind"] if notes else None
+        last = inp.resumed.kind if inp.resumed is not None else None
         if last == "approval_denied":
             return wf.Fail("the payout was denied by an approver", state)
         if last == "policy_denied":
             return wf.Fail("policy denies this payout", state)
-        if last == "effect_rejected":
-            return wf.Fail(f"the ledger refused the transfer ({notes[-1].get('code')})", state)
+        if last == "effect_rejected" and inp.resumed is not None:
+            return wf.Fail(f"the ledger refused the transfer ({inp.resumed.code})", state)
         if state.get("transfer"):
             return wf.ToVerify(state)
         if state["reads_done"] < inp.input.get("reads", 1):

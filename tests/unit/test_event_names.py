@@ -44,3 +44,31 @@ def test_every_orchestrator_event_name_appears_in_a_test() -> None:
     text = "\n".join(p.read_text(encoding="utf-8") for p in TESTS)
     missing = sorted(n for n in orchestrator_event_names() if f'"{n}"' not in text)
     assert missing == [], f"event names no test makes happen: {missing}"
+
+
+def test_every_note_the_orchestrator_writes_reaches_workflows_as_a_typed_resumption() -> None:
+    from agent_jobs.orchestrator.steps import resumed_from
+    from agent_jobs.orchestrator.workflow import RESUME_KINDS
+
+    kinds: set[str] = {"approval_denied", "approval_expired"}  # written through a variable
+    steps = ROOT / "agent_jobs" / "orchestrator" / "steps.py"
+    for node in ast.walk(ast.parse(steps.read_text(encoding="utf-8"))):
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", "") == "note"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+        ):
+            kinds.add(str(node.args[1].value))
+    assert kinds == set(RESUME_KINDS)
+    resumed = resumed_from(
+        {"runtime": {"notes": [{"kind": "effect_rejected", "code": "insufficient_funds", "x": 1}]}}
+    )
+    assert resumed is not None
+    assert (resumed.kind, resumed.code, dict(resumed.detail)) == (
+        "effect_rejected",
+        "insufficient_funds",
+        {"x": 1},
+    )
+    assert resumed_from({"runtime": {"notes": [{"kind": "made_up"}]}}) is None
+    assert resumed_from({}) is None
