@@ -170,6 +170,12 @@ class AgentJobsClient:
         """The task: status, `display_status`, pending action (no arguments), outcome."""
         return self._parse(self._send("GET", f"/v1/tasks/{task_id}"), Task)
 
+    def get_by_key(self, idempotency_key: str) -> Task:
+        """The token's tenant's task created with `idempotency_key` (`NotFound` if none): how a
+        sender that did not keep the answer, e.g. a Celery-native one, learns its task id."""
+        response = self._send("GET", "/v1/tasks", params={"idempotency_key": idempotency_key})
+        return self._parse(response, Task)
+
     def events(self, task_id: str, after_seq: int = 0) -> list[Event]:
         """The task's redacted trace, oldest first (only events after `after_seq`)."""
         response = self._send("GET", f"/v1/tasks/{task_id}/events", params={"after_seq": after_seq})

@@ -1,16 +1,27 @@
 """`create_app`: the FastAPI application of `agent-jobs api` (run it under uvicorn).
 
 uvicorn --factory agent_jobs.api:create_app --host 0.0.0.0 --port 8000
+
+`/docs` is Swagger UI served from the `swagger-ui-bundle-v2` package's files (no CDN: it works
+on a network without the internet); `/openapi.json` is the document it shows. The metrics
+exporter (`AGENT_JOBS_API_METRICS_PORT`) starts and stops with the application's lifespan.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped,unused-ignore]
 
 from agent_jobs import __version__
 from agent_jobs.api import approvals, ops, tasks
@@ -20,6 +31,7 @@ from agent_jobs.api.deps import ApiRuntime, ApiState
 from agent_jobs.api.errors import error_response, install_handlers
 from agent_jobs.api.intake import Intake
 from agent_jobs.api.openapi import install_openapi
+from agent_jobs.api.ops import start_metrics_server
 from agent_jobs.config import Settings
 from agent_jobs.obs.metrics import (
     HTTP_REQUESTS,
@@ -29,6 +41,11 @@ from agent_jobs.obs.metrics import (
 )
 from agent_jobs.obs.queues import GateCollector, QueueCollector
 from agent_jobs.queue.gate import GATE_HOLD, MODEL_CAP
+from agent_jobs.store.migrate import head_revisions, schema_lag
+
+log = logging.getLogger(__name__)
+
+DOCS_ASSETS = "/docs/assets"
 
 
 class BodyLimit:
@@ -144,11 +161,46 @@ def _queue_collector(runtime: ApiRuntime, settings: Settings) -> list[Any]:
     return collectors
 
 
+def _schema_check(runtime: ApiRuntime) -> Callable[[], str | None] | None:
+    """The readiness check of the schema revision, and one log line now if it is not at head."""
+    engine = getattr(runtime.store, "engine", None)
+    if engine is None:
+        return None
+    heads = head_revisions()  # the scripts are read once; each probe is one small query
+
+    def check() -> str | None:
+        return schema_lag(engine, heads)
+
+    try:
+        lag = check()
+    except Exception as exc:  # the database may come up later: readiness will tell
+        log.warning("could not read the database schema revision at start: %s", exc)
+    else:
+        if lag is not None:
+            log.error("not ready: %s", lag)
+    return check
+
+
+def _install_docs(app: FastAPI) -> None:
+    """Swagger UI at /docs from the packaged assets (FastAPI's default loads them from a CDN)."""
+    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title=f"{app.title} - API",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+        )
+
+
 def create_app(runtime: ApiRuntime | None = None, settings: Settings | None = None) -> FastAPI:
     """The API over `runtime` (default: this process's `queue.runtime.get_runtime()`).
 
     `settings` overrides the runtime's settings for the API's own concerns (auth, admission,
-    body limit); the store, orchestrator and workflows are the runtime's.
+    body limit, metrics port); the store, orchestrator and workflows are the runtime's.
     """
     if runtime is None:
         from agent_jobs.queue.runtime import get_runtime  # noqa: PLC0415
@@ -156,14 +208,32 @@ def create_app(runtime: ApiRuntime | None = None, settings: Settings | None = No
         runtime = get_runtime()
     cfg = settings or runtime.settings
     metrics = PrometheusObserver()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        server = start_metrics_server(app.state.api.registry, cfg)
+        try:
+            yield
+        finally:
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+
     app = FastAPI(
+        lifespan=lifespan,
+        # Swagger UI from packaged assets (`_install_docs`); ReDoc only exists on a CDN.
+        docs_url=None,
+        redoc_url=None,
         # Exact paths: a trailing slash is a 404, not a redirect that drops a POST body.
         redirect_slashes=False,
         title="agent_jobs",
         version=__version__,
         description="A durable, multi-tenant job queue for AI-agent tasks. Submit a task with "
         "a bearer token and an `Idempotency-Key`; poll it; read its trace; cancel it; "
-        "approvers grant or deny the exact actions a task waits on.",
+        "approvers grant or deny the exact actions a task waits on.\n\n"
+        'Every error answer is an `ErrorBody`: `{"error": {"code": "...", "message": "..."}}`, '
+        "plus `field` (a dotted path such as `input.order_id`) when one field is at fault. "
+        "`code` is stable and machine-readable; `message` is one line for a person.",
     )
     app.state.api = ApiState(
         runtime=runtime,
@@ -177,8 +247,10 @@ def create_app(runtime: ApiRuntime | None = None, settings: Settings | None = No
         metrics=metrics,
         registry=exposition_registry(*_queue_collector(runtime, cfg)),
         broker_ping=_broker_ping(cfg),
+        schema_check=_schema_check(runtime),
     )
     install_handlers(app)
+    _install_docs(app)
     app.include_router(tasks.router)
     app.include_router(approvals.router)
     app.include_router(ops.router)

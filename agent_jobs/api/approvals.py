@@ -1,7 +1,13 @@
 """`/v1/approvals`: an approver lists the pending actions of their tenant and grants or denies one.
 
 The approver is the token's subject (role `approver` required) and is never the requester of the
-task (checked here for a clear 403, and again by the store and a database constraint)."""
+task, compared as `core.identity.principal` does (case, width and spacing variants of one name are
+one person): checked here for a clear 403 `self_approval`, and again by the store (which raises
+`SelfApproval`, also a 403) and a database constraint.
+
+A decision's `note` follows the content rule (`core.text`), like a task's input: kept as given,
+except a NUL, which no store can hold, becomes U+FFFD (a lone surrogate escape never gets this
+far: the JSON parser refuses it as a string, 422 `field: note`)."""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from agent_jobs.api.deps import approver, state
 from agent_jobs.api.errors import ApiError
 from agent_jobs.api.models import ID_PATTERN, Approval, ApprovalList, Decision
 from agent_jobs.core.contracts import ApprovalStatus
+from agent_jobs.core.identity import same_principal
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
 
@@ -26,7 +33,7 @@ Approver = Annotated[Principal, Depends(approver)]
     "",
     response_model=ApprovalList,
     summary="List approvals of the caller's tenant",
-    responses=r.errors(401, 403, 422, 503),
+    responses=r.errors(401, 403, 413, 422, 503),
 )
 def list_approvals(
     request: Request,
@@ -48,7 +55,7 @@ def list_approvals(
 def _decide(request: Request, who: Principal, approval_id: str, grant: bool, note: str) -> Approval:
     rt = state(request).runtime
     current = rt.store.approval(approval_id, who.tenant_id)  # another tenant's: 404
-    if current.requester == who.subject:
+    if same_principal(current.requester, who.subject):
         raise ApiError(403, "self_approval", "the requester of a task cannot approve its actions")
     view = rt.orchestrator.decide_approval(
         approval_id, who.subject, grant=grant, tenant_id=who.tenant_id, note=note

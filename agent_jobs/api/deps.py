@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -67,8 +68,11 @@ class ApiState:
     verifier: TokenVerifier
     intake: Intake
     metrics: PrometheusObserver
-    registry: Any  # the prometheus registry /metrics serves
+    registry: Any  # the prometheus registry the metrics port serves
     broker_ping: Any  # () -> None, raises when the broker is unreachable
+    # () -> None when the database schema is at head, else one line saying where it is; None
+    # when the store has no engine to ask (a test double).
+    schema_check: Callable[[], str | None] | None = None
 
 
 # auto_error=False: a missing or non-bearer header is our 401 with our error body, not FastAPI's.

@@ -1,5 +1,8 @@
 """API errors: one exception type, the mapping from the core's typed errors, and the handlers
-that render every error as `{"error": {"code", "message"}}` with the right status."""
+that render every error as `{"error": {"code", "message"}}` (plus `field` when one field is at
+fault) with the right status. Messages may quote what the caller sent, so they are rendered
+through the content rule (`core.text.for_log`): one line, no control or bidi characters, bounded.
+Nothing a caller sends can make an error body unencodable (a 500)."""
 
 from __future__ import annotations
 
@@ -18,8 +21,10 @@ from agent_jobs.core.errors import (
     IdempotencyConflict,
     InvalidInput,
     NotFound,
+    SelfApproval,
     UnknownWorkflow,
 )
+from agent_jobs.core.text import for_log
 from agent_jobs.store.store import UNAVAILABLE
 
 log = logging.getLogger(__name__)
@@ -29,13 +34,20 @@ class ApiError(Exception):
     """An error response: status, stable code, message for a person, extra headers."""
 
     def __init__(
-        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        *,
+        field: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.headers = headers or {}
+        self.field = field
 
 
 def unauthorized(message: str) -> ApiError:
@@ -53,18 +65,33 @@ def from_core(exc: AgentJobsError) -> ApiError:
     if isinstance(exc, IdempotencyConflict):
         # draft-ietf-httpapi-idempotency-key-header: reuse with another payload is a 422.
         return ApiError(422, exc.code, str(exc))
-    if isinstance(exc, UnknownWorkflow | InvalidInput):
-        return ApiError(422, exc.code, str(exc))
+    if isinstance(exc, InvalidInput):
+        return ApiError(422, exc.code, str(exc), field=exc.field)
+    if isinstance(exc, UnknownWorkflow):
+        return ApiError(422, exc.code, str(exc), field="workflow")
+    if isinstance(exc, SelfApproval):
+        return ApiError(403, exc.code, "the requester of a task cannot approve its actions")
     if isinstance(exc, ApprovalError):
         return ApiError(409, exc.code, str(exc))
     log.error("unmapped %s: %s", type(exc).__name__, exc)
     return ApiError(500, "internal_error", "internal error")
 
 
-def error_response(status: int, code: str, message: str, headers: Any = None) -> JSONResponse:
-    """An `ErrorBody` response."""
-    body = ErrorBody.model_validate({"error": {"code": code, "message": message}})
-    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+MESSAGE_MAX_CHARS = 1000
+# FastAPI's answer to a body that is not UTF-8 (or not decodable at all): a bare 400. It is the
+# same mistake as malformed JSON, which FastAPI answers 422, so it is answered the same way.
+_BODY_PARSE_ERROR = "There was an error parsing the body"
+
+
+def error_response(
+    status: int, code: str, message: str, headers: Any = None, *, field: str | None = None
+) -> JSONResponse:
+    """An `ErrorBody` response; `field` is left out when None."""
+    detail: dict[str, Any] = {"code": code, "message": for_log(message, MESSAGE_MAX_CHARS)}
+    if field is not None:
+        detail["field"] = for_log(field, 200)
+    body = ErrorBody.model_validate({"error": detail})
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
 
 
 _HTTP_CODES = {
@@ -81,12 +108,19 @@ _HTTP_CODES = {
 }
 
 
-def _validation_message(exc: RequestValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:5]:
-        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{where}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts) or "invalid request"
+def _where(err: Any) -> str:
+    """The dotted path of one validation error, without FastAPI's `body`/`query` prefix."""
+    loc = [str(p) for p in err.get("loc", ())]
+    if loc and loc[0] in ("body", "query", "path", "header"):
+        loc = loc[1:] or loc[:1]
+    return ".".join(loc) or "body"
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    errors = exc.errors()
+    parts = [f"{_where(err)}: {err.get('msg', 'invalid')}" for err in errors[:5]]
+    field = _where(errors[0]) if errors else None
+    return "; ".join(parts) or "invalid request", field
 
 
 def install_handlers(app: FastAPI) -> None:
@@ -94,19 +128,28 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, exc.headers or None)
+        return error_response(
+            exc.status, exc.code, exc.message, exc.headers or None, field=exc.field
+        )
 
     @app.exception_handler(AgentJobsError)
     async def _core_error(request: Request, exc: AgentJobsError) -> JSONResponse:
         err = from_core(exc)
-        return error_response(err.status, err.code, err.message, err.headers or None)
+        return error_response(
+            err.status, err.code, err.message, err.headers or None, field=err.field
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(422, "invalid_request", _validation_message(exc))
+        message, field = _validation_message(exc)
+        return error_response(422, "invalid_request", message, field=field)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.detail == _BODY_PARSE_ERROR:
+            return error_response(
+                422, "invalid_request", "the body cannot be parsed as UTF-8 JSON", field="body"
+            )
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
         # Keep the framework's headers (e.g. `Allow` on a 405).

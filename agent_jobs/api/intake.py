@@ -4,22 +4,26 @@
 1. the tenant and requester come from the verified token (the caller did that: `Principal`);
 2. the idempotency key and the request are validated; an unknown workflow is refused;
 3. admission control (the tenant's token bucket): refused means nothing is created;
-4. `Orchestrator.submit`: create-or-get on (tenant, key) and publish the first step; the same key
-   with another payload raises `IdempotencyConflict`.
+4. `Orchestrator.submit`: the workflow's own input check (`InvalidInput` with the field: nothing
+   created, the key not consumed, so a corrected payload with the same key succeeds), then
+   create-or-get on (tenant, key) and publish the first step; the same key with another payload
+   raises `IdempotencyConflict`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pydantic import ValidationError
+
 from agent_jobs.api.admission import Admission
 from agent_jobs.api.auth import Principal
-from agent_jobs.core.contracts import TaskRequest, check_idempotency_key
+from agent_jobs.core.contracts import TaskRequest, validation_message
 from agent_jobs.core.errors import AgentJobsError, InvalidInput, UnknownWorkflow
+from agent_jobs.core.identity import check_idempotency_key
 from agent_jobs.obs.metrics import PrometheusObserver
 from agent_jobs.store import CreateResult
 
@@ -73,32 +77,18 @@ def check_key(raw: str | None) -> str:
         raise InvalidIdempotencyKey(str(exc)) from None
 
 
-def check_json(value: Any, path: str = "input", depth: int = 0) -> None:
-    """Refuse what JSON allows but the database or the hash cannot store: NUL characters, lone
-    surrogates, NaN and infinities, and absurd nesting."""
+def check_depth(value: Any, path: str = "input", depth: int = 0) -> None:
+    """Refuse absurd nesting (the hash and the database recurse through it). NUL, lone surrogates
+    and non-finite numbers need no check here: `TaskRequest` applies the content rule
+    (`core.text.clean_json`) to the input whichever entry point built it."""
     if depth > MAX_DEPTH:
-        raise InvalidInput(f"{path}: nested deeper than {MAX_DEPTH} levels")
-    if isinstance(value, str):
-        _check_text(value, path)
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidInput(f"{path}: NaN and infinities are not JSON numbers")
-    elif isinstance(value, Mapping):
+        raise InvalidInput(f"{path}: nested deeper than {MAX_DEPTH} levels", field=path)
+    if isinstance(value, Mapping):
         for k, v in value.items():
-            _check_text(str(k), f"{path} key")
-            check_json(v, f"{path}.{k}", depth + 1)
+            check_depth(v, f"{path}.{k}", depth + 1)
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
-            check_json(v, f"{path}[{i}]", depth + 1)
-
-
-def _check_text(text: str, path: str) -> None:
-    if "\x00" in text:
-        raise InvalidInput(f"{path}: NUL characters are not accepted")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput(f"{path}: not valid Unicode (lone surrogate)") from None
+            check_depth(v, f"{path}[{i}]", depth + 1)
 
 
 def parse_request(raw: Mapping[str, Any] | Any, workflows: _Workflows) -> TaskRequest:
@@ -107,10 +97,11 @@ def parse_request(raw: Mapping[str, Any] | Any, workflows: _Workflows) -> TaskRe
         raise InvalidInput("the request must be a JSON object with `workflow` and `input`")
     try:
         request = TaskRequest.model_validate(dict(raw))
-    except ValueError as exc:
-        first = str(exc).strip().splitlines()
-        raise InvalidInput(" ".join(first[:3]) if first else "invalid request") from None
-    check_json(request.input)
+    except ValidationError as exc:
+        errors = exc.errors()
+        field = ".".join(str(p) for p in errors[0].get("loc", ())) if errors else None
+        raise InvalidInput(validation_message(exc), field=field or None) from None
+    check_depth(request.input)
     if request.workflow not in workflows:
         raise UnknownWorkflow(request.workflow, workflows.names())
     return request

@@ -10,11 +10,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent_jobs.core.contracts import ApprovalStatus, ApprovalView, EventView, TaskView
 from agent_jobs.core.hashing import action_hash
 from agent_jobs.core.states import Status
+from agent_jobs.core.text import clean_text
 
 # What `core.states.display_status` can say: the status a person reads.
 DisplayStatus = Literal[
@@ -44,11 +45,17 @@ class ErrorDetail(_Model):
     """The `error` object of every error response."""
 
     code: str = Field(description="Stable, machine-readable error code, e.g. `not_found`.")
-    message: str = Field(description="What went wrong, for a person.")
+    message: str = Field(description="What went wrong, for a person (one line).")
+    field: str | None = Field(
+        default=None,
+        description="The offending field as a dotted path (`input.order_id`, `note`, "
+        "`idempotency_key`), when one can be named; absent otherwise.",
+    )
 
 
 class ErrorBody(_Model):
-    """Every error response: `{"error": {"code", "message"}}`."""
+    """Every error response: `{"error": {"code", "message"}}`, plus `field` when the error is
+    about one field of the request (422 `invalid_input`, `invalid_request`)."""
 
     error: ErrorDetail
 
@@ -218,7 +225,18 @@ class Decision(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    note: str = Field(default="", max_length=200, description="Recorded with the decision.")
+    note: str = Field(
+        default="",
+        max_length=200,
+        description="Recorded with the decision, as given, by the content rule: a NUL (which no "
+        "store can hold) becomes U+FFFD. A lone surrogate escape is not a JSON string the "
+        "parser accepts: 422 with `field` `note`.",
+    )
+
+    @field_validator("note")
+    @classmethod
+    def _storable(cls, value: str) -> str:
+        return clean_text(value)
 
 
 class Health(_Model):
@@ -228,7 +246,11 @@ class Health(_Model):
 
 
 class Readiness(_Model):
-    """`GET /readyz`: each dependency's state."""
+    """`GET /readyz`: each dependency's state (`database`, `broker`, `schema`), and when not ready,
+    one line saying why."""
 
     status: Literal["ready", "unavailable"]
-    checks: dict[str, Literal["ok", "unavailable"]]
+    checks: dict[str, Literal["ok", "unavailable", "not_at_head"]]
+    reason: str | None = Field(
+        default=None, description="Why the API is not ready (one line); absent when ready."
+    )

@@ -1,70 +1,102 @@
-"""Operations endpoints: liveness, readiness (database and broker), Prometheus metrics.
+"""Operations endpoints: liveness and readiness on the API's port; Prometheus metrics on a port
+of their own.
 
-They need no token: they reveal no tenant's data, and probes and scrapers carry none. Expose them
-on an internal network only.
+Liveness and readiness need no token: they reveal no tenant's data, and probes carry none.
+Readiness is the database answering *at the schema this code expects* (an API started before
+`agent-jobs db upgrade` is not ready: every write would fail), and the broker answering.
+
+`/metrics` is not served on the public port: its label values name tenants and workflows. With
+`AGENT_JOBS_API_METRICS_PORT` set, the API process serves it on that port of `AGENT_JOBS_API_HOST`
+(prometheus-client's own HTTP server, started and stopped with the application), for a scraper
+on an internal network; unset, the API exports no metrics.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from prometheus_client.exposition import choose_encoder
 
+from agent_jobs.api import responses as r
 from agent_jobs.api.deps import state
 from agent_jobs.api.models import Health, Readiness
+from agent_jobs.config import Settings
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz", response_model=Health, summary="Liveness: the process serves requests")
+@router.get(
+    "/healthz",
+    response_model=Health,
+    summary="Liveness: the process serves requests",
+    responses=r.errors(413),
+)
 def healthz() -> Health:
     return Health(status="ok")
+
+
+def _probe(name: str, probe: Callable[[], Any]) -> str:
+    try:
+        probe()
+    except Exception as exc:
+        log.warning("readiness: %s unreachable: %s", name, type(exc).__name__)
+        return "unavailable"
+    return "ok"
 
 
 @router.get(
     "/readyz",
     response_model=Readiness,
-    summary="Readiness: the database and the broker answer",
-    responses={503: {"model": Readiness, "description": "The database or the broker is down."}},
+    summary="Readiness: the database (migrated to head) and the broker answer",
+    responses=r.merge(
+        {
+            503: {
+                "model": Readiness,
+                "description": "The database or the broker is down, or the database schema is "
+                "not at the head revision (`checks.schema`: `not_at_head`); `reason` says which.",
+            }
+        },
+        r.errors(413),
+    ),
 )
 def readyz(request: Request) -> JSONResponse:
     st = state(request)
-    checks: dict[str, str] = {}
-    for name, probe in (("database", st.runtime.store.ping), ("broker", st.broker_ping)):
+    checks = {
+        "database": _probe("database", st.runtime.store.ping),
+        "broker": _probe("broker", st.broker_ping),
+    }
+    reason = None
+    if checks["database"] == "ok" and st.schema_check is not None:
         try:
-            probe()
-            checks[name] = "ok"
+            lag = st.schema_check()
         except Exception as exc:
-            log.warning("readiness: %s unreachable: %s", name, type(exc).__name__)
-            checks[name] = "unavailable"
+            log.warning("readiness: schema revision unreadable: %s", type(exc).__name__)
+            checks["schema"], reason = "unavailable", "the schema revision cannot be read"
+        else:
+            checks["schema"] = "ok" if lag is None else "not_at_head"
+            reason = lag
+    down = [name for name, v in checks.items() if v == "unavailable"]
+    if down and reason is None:
+        reason = f"{' and '.join(down)} unreachable"
     ready = all(v == "ok" for v in checks.values())
     body = Readiness.model_validate(
-        {"status": "ready" if ready else "unavailable", "checks": checks}
+        {"status": "ready" if ready else "unavailable", "checks": checks, "reason": reason}
     )
-    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=200 if ready else 503)
 
 
-@router.get(
-    "/metrics",
-    summary="Prometheus metrics",
-    description="The Prometheus text exposition format (OpenMetrics when asked for in `Accept`).",
-    response_class=Response,
-    responses={
-        200: {
-            "description": "Metrics of this API process and per-tenant queue gauges.",
-            "content": {
-                "text/plain": {"schema": {"type": "string"}},
-                "application/openmetrics-text": {"schema": {"type": "string"}},
-            },
-        }
-    },
-)
-def metrics(request: Request) -> Response:
-    encoder, content_type = choose_encoder(request.headers.get("accept", ""))
-    return Response(
-        encoder(state(request).registry), media_type=None, headers={"Content-Type": content_type}
-    )
+def start_metrics_server(registry: Any, cfg: Settings) -> Any | None:
+    """Serve `registry` on `cfg.api_metrics_port` (all paths, `/metrics` included) in a daemon
+    thread; returns the server (call `.shutdown()`), or None when the port is not configured."""
+    if cfg.api_metrics_port is None:
+        return None
+    from prometheus_client import start_http_server  # noqa: PLC0415
+
+    server, _thread = start_http_server(cfg.api_metrics_port, addr=cfg.api_host, registry=registry)
+    log.info("metrics on http://%s:%d/metrics", cfg.api_host, cfg.api_metrics_port)
+    return server

@@ -10,12 +10,15 @@ from agent_jobs.api.models import ErrorBody
 _DESCRIPTIONS = {
     400: "Bad request (e.g. the `Idempotency-Key` header is missing or malformed).",
     401: "Missing, malformed, expired or untrusted bearer token.",
-    403: "The token lacks the role this operation needs, or the caller may not decide this.",
+    403: "The token lacks the role this operation needs (`forbidden`), or the caller is the "
+    "task's requester (`self_approval`).",
     404: "No such resource for the caller's tenant (another tenant's is also 404).",
     409: "The resource's state does not allow this.",
     413: "The request body is larger than the configured limit.",
-    422: "The request is invalid (validation, unknown workflow, or an `Idempotency-Key` reused "
-    "with a different payload: `idempotency_key_reused`).",
+    422: "The request is invalid: `invalid_request` (malformed parameters or body, a body that "
+    "is not UTF-8 JSON), `invalid_input` (the workflow refused its input: nothing was created "
+    "and the key is not consumed), `unknown_workflow`, or `idempotency_key_reused` (the key "
+    "was used with a different payload). `field` names the offending field when there is one.",
     429: "The tenant's submission rate is exhausted; nothing was created.",
     503: "The database is unreachable.",
 }

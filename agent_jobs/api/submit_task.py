@@ -25,8 +25,14 @@ bucket's wait, `AGENT_JOBS_SUBMIT_MAX_RETRIES` times). A message that creates no
 in `rejected_submissions` with its reason (one row per message id, however often it is
 redelivered), counted in `agent_jobs_submissions_rejected_total`, and logged.
 
+The workflow's own input check runs before anything is created: a refused input is recorded
+as rejected (`invalid_input`, with the field in the message) and does not consume the key, so a
+corrected message with the same key creates the task.
+
 The task returns `{"task_id", "status", "trace_id", "created"}` or
 `{"rejected": reason_code, "message"}` (kept only if the sender configured a result backend).
+A sender that does not keep results learns its task id with `GET /v1/tasks?idempotency_key=KEY`
+(or `AgentJobsClient.get_by_key`) and the same token.
 """
 
 from __future__ import annotations
@@ -47,9 +53,10 @@ from agent_jobs.api.intake import (
     parse_request,
     payload_size,
 )
-from agent_jobs.core.contracts import check_tenant_id
-from agent_jobs.core.errors import AgentJobsError, IdempotencyConflict
+from agent_jobs.core.errors import AgentJobsError, IdempotencyConflict, InvalidInput
+from agent_jobs.core.identity import check_tenant_id
 from agent_jobs.core.names import rejected_submission_id
+from agent_jobs.core.text import clean_text, cut, for_log
 from agent_jobs.obs.metrics import PrometheusObserver
 from agent_jobs.queue.app import app
 from agent_jobs.queue.runtime import Runtime, get_runtime
@@ -114,7 +121,8 @@ def submit(
 ) -> dict[str, Any]:
     """Create (or find) a task from a Celery message; see the module docstring."""
     runtime, verifier, intake = _wiring()
-    message_id = str(getattr(self.request, "id", None) or uuid.uuid4().hex)
+    # The sender chooses the message id (`send_task(task_id=...)`): it is data like the rest.
+    message_id = cut(clean_text(str(getattr(self.request, "id", None) or uuid.uuid4().hex)), 255)
     bearer = _token(self.request, token)
     key_text = idempotency_key if isinstance(idempotency_key, str) else None
     try:
@@ -134,6 +142,9 @@ def submit(
             raise Rejected(exc.code, str(exc), principal) from None
         except IdempotencyConflict as exc:
             raise Rejected(exc.code, str(exc), principal) from None
+        except InvalidInput as exc:
+            where = f" (field {exc.field})" if exc.field and exc.field not in str(exc) else ""
+            raise Rejected(exc.code, f"{exc}{where}", principal) from None
         except AgentJobsError as exc:
             raise Rejected(exc.code, str(exc), principal) from None
         except UNAVAILABLE:
@@ -179,16 +190,18 @@ def _record(
     who = exc.principal
     _metrics.submission_rejected(VIA, exc.code)
     log.warning(
-        "rejected submission %s (%s): %s", message_id, exc.code, exc.message
+        "rejected submission %s (%s): %s", for_log(message_id), exc.code, for_log(exc.message)
     )  # never the token
+    # The record keeps what was sent (a bad key is the reason to look), cleaned and bounded so
+    # that any message, however malformed, can be recorded.
     runtime.store.record_rejected_submission(
         rejected_submission_id(message_id),
         via=VIA,
         reason_code=exc.code,
-        reason=exc.message,
+        reason=cut(clean_text(exc.message), 1000),
         tenant_id=who.tenant_id if who else None,
         subject=who.subject if who else None,
         claimed_tenant=None if who else _claimed_tenant(bearer, tenant_claim),
-        idempotency_key=key,
+        idempotency_key=cut(clean_text(key), 255) if key is not None else None,
         message_id=message_id,
     )

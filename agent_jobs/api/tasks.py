@@ -1,5 +1,6 @@
-"""`/v1/tasks`: submit, read, trace, cancel. Every query is scoped by the token's tenant, so
-another tenant's task is a 404, exactly like a task that does not exist (invariant 7)."""
+"""`/v1/tasks`: submit, find by idempotency key, read, trace, cancel. Every query is scoped by the
+token's tenant, so another tenant's task is a 404, exactly like a task that does not exist
+(invariant 7)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from agent_jobs.api.errors import ApiError
 from agent_jobs.api.intake import InvalidIdempotencyKey, RateLimited, check_key, parse_request
 from agent_jobs.api.models import (
     ID_PATTERN,
+    IDEMPOTENCY_KEY_PATTERN,
     CancelAccepted,
     Event,
     EventList,
@@ -61,7 +63,7 @@ def create_task(
         key = check_key(idempotency_key)
     except InvalidIdempotencyKey as exc:
         code = "missing_idempotency_key" if not idempotency_key else "invalid_idempotency_key"
-        raise ApiError(400, code, str(exc)) from None
+        raise ApiError(400, code, str(exc), field="Idempotency-Key") from None
     task_request = parse_request(body.model_dump(), st.runtime.workflows)
     try:
         result = st.intake.submit(who, key, task_request, via="http")
@@ -75,12 +77,44 @@ def create_task(
 
 
 @router.get(
+    "",
+    response_model=Task,
+    summary="Find a task by its idempotency key",
+    description="The caller tenant's task created with this `Idempotency-Key`: how a sender that "
+    "did not read the answer to its submission (a Celery-native sender) learns its task id. "
+    "Another tenant's key, or a key no task was created with (e.g. a refused submission), "
+    "is a 404.",
+    responses=r.errors(401, 404, 413, 422, 503),
+)
+def get_task_by_key(
+    request: Request,
+    who: Caller,
+    idempotency_key: Annotated[
+        str,
+        Query(
+            min_length=1,
+            max_length=255,
+            pattern=IDEMPOTENCY_KEY_PATTERN,
+            description="The `Idempotency-Key` the task was submitted with.",
+            examples=["req-8472"],
+        ),
+    ],
+) -> Task:
+    try:
+        key = check_key(idempotency_key)
+    except InvalidIdempotencyKey as exc:
+        raise ApiError(422, exc.code, str(exc), field="idempotency_key") from None
+    row = state(request).runtime.store.get_by_key(who.tenant_id, key)
+    return Task.from_view(row.view())
+
+
+@router.get(
     "/{task_id}",
     response_model=Task,
     summary="Get a task",
     description="Status (with `display_status`: `awaiting_approval`, `cancel_requested`, ...), "
     "pending action (identity and hash only) and outcome.",
-    responses=r.errors(401, 404, 422, 503),
+    responses=r.errors(401, 404, 413, 422, 503),
 )
 def get_task(task_id: TaskId, request: Request, who: Caller) -> Task:
     row = state(request).runtime.store.get(task_id, who.tenant_id)
@@ -93,7 +127,7 @@ def get_task(task_id: TaskId, request: Request, who: Caller) -> Task:
     summary="The task's trace",
     description="The append-only event log, oldest first, redacted: identities and hashes, "
     "never raw tool arguments or personal data.",
-    responses=r.errors(401, 404, 422, 503),
+    responses=r.errors(401, 404, 413, 422, 503),
 )
 def get_events(
     task_id: TaskId,
@@ -116,7 +150,7 @@ def get_events(
     description="Sets the cancel flag, honoured at the task's next step boundary. While an effect "
     "may be in flight (EXECUTING, EXEC_UNKNOWN) the task reads `cancel_requested` until the "
     "effect is resolved. A finished task cannot be cancelled: 409.",
-    responses=r.errors(401, 404, 409, 422, 503),
+    responses=r.errors(401, 404, 409, 413, 422, 503),
 )
 def cancel_task(task_id: TaskId, request: Request, who: Caller) -> Any:
     rt = state(request).runtime

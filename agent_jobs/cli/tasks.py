@@ -1,22 +1,28 @@
-"""Task commands: submit, status, events, cancel, approvals, approve, deny, dead-letters."""
+"""Task commands: submit, status, events, cancel, approvals, approve, deny, dead-letters.
+
+Every identifier given on the command line is checked by the same functions the API and the
+Celery intake use (`core.identity`, full match: a trailing newline is not part of a valid id),
+so a value one entry point accepts the others accept; a bad one is one line and exit status 2.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
 from pydantic import ValidationError
 
 from agent_jobs.cli.output import approval_line, event_line, task_text, to_json
-from agent_jobs.core.contracts import (
-    TaskRequest,
-    check_idempotency_key,
-    check_tenant_id,
-    validation_message,
-)
+from agent_jobs.core.contracts import TaskRequest, validation_message
 from agent_jobs.core.errors import InvalidInput, NotFound
+from agent_jobs.core.identity import check_idempotency_key, check_subject, check_tenant_id
+from agent_jobs.core.text import is_clean
+
+# Task and approval ids as the store makes them (`tsk_...`, `apr_...`), as the API's path rule.
+_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
 
 
 def _runtime() -> Any:
@@ -42,9 +48,41 @@ def _checked(check: Any, value: str, what: str) -> str:
         raise InvalidInput(f"{what}: {exc}") from None
 
 
+def _check_id(value: str) -> str:
+    if not _ID.fullmatch(value):
+        raise ValueError("must be 1-80 characters of letters, digits, '_' or '-'")
+    return value
+
+
+def _check_note(value: str) -> str:
+    if not is_clean(value) or len(value) > 200:
+        raise ValueError("must be at most 200 characters, without NUL or lone surrogates")
+    return value
+
+
+# argument name -> (check, how it is spelled on the command line)
+_CHECKS: dict[str, tuple[Any, str]] = {
+    "tenant": (check_tenant_id, "--tenant"),
+    "key": (check_idempotency_key, "--key"),
+    "requester": (check_subject, "--requester"),
+    "as_user": (check_subject, "--as"),
+    "note": (_check_note, "--note"),
+    "task_id": (_check_id, "task id"),
+    "id": (_check_id, "id"),
+}
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Check every identifier the command was given (None: an option left out)."""
+    for name, (check, what) in _CHECKS.items():
+        value = getattr(args, name, None)
+        if value is not None:
+            _checked(check, value, what)
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
-    tenant = _checked(check_tenant_id, args.tenant, "--tenant")
-    key = _checked(check_idempotency_key, args.key, "--key")
+    _check_args(args)
+    tenant, key = str(args.tenant), str(args.key)
     raw = sys.stdin.read() if args.input == "-" else args.input
     try:
         request = TaskRequest(workflow=args.workflow, input=_json_object(raw))
@@ -73,12 +111,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    _check_args(args)
     view = _runtime().store.get(args.task_id, args.tenant).view()
     print(to_json(view) if args.json else task_text(view))
     return 0
 
 
 def cmd_events(args: argparse.Namespace) -> int:
+    _check_args(args)
     events = _runtime().store.events(args.task_id, args.tenant)
     if args.json:
         print(to_json(events))
@@ -89,6 +129,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    _check_args(args)
     result = _runtime().orchestrator.cancel(args.task_id, args.tenant)
     view = result.task.view()
     if not result.accepted:
@@ -116,6 +157,7 @@ def _resolve_approval(rt: Any, ident: str, tenant: str | None) -> str:
 
 
 def _decide(args: argparse.Namespace, grant: bool) -> int:
+    _check_args(args)
     rt = _runtime()
     approval_id = _resolve_approval(rt, args.id, args.tenant)
     view = rt.orchestrator.decide_approval(
@@ -134,6 +176,7 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 
 def cmd_approvals(args: argparse.Namespace) -> int:
+    _check_args(args)
     rows = _runtime().store.list_approvals(
         args.tenant, status=None if args.status == "all" else args.status
     )
@@ -148,6 +191,7 @@ def cmd_approvals(args: argparse.Namespace) -> int:
 
 
 def cmd_dead_letters(args: argparse.Namespace) -> int:
+    _check_args(args)
     rows = _runtime().store.dead_letters(args.tenant, limit=args.limit)
     if args.json:
         print(to_json(rows))

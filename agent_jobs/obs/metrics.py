@@ -2,6 +2,9 @@
 
 Labels name bounded things only: workflows, statuses, tools, routes, policy versions, outcomes,
 tenants. Never a task id, trace id or idempotency key: each would be a new time series per task.
+Tenants are bounded too: `tenant_label()` names the first `MAX_TENANT_LABELS` distinct tenants a
+process sees and folds every later one into `other`, so a deployment with ten thousand tenants
+does not make ten thousand series per tenant-labelled metric.
 
 Processes: the API and an in-thread worker use the default registry. A prefork worker started by
 `agent-jobs worker --metrics-port N` runs in prometheus-client's multiprocess mode: every child
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, MutableMapping
 from decimal import Decimal
@@ -149,6 +153,33 @@ HTTP_SECONDS = Histogram(
 )
 
 
+MAX_TENANT_LABELS = 100
+OTHER_TENANTS = "other"
+
+
+class TenantLabels:
+    """The label value for a tenant: its id for the first `limit` distinct tenants this process
+    sees, `other` for the rest. First-seen rather than top-N by traffic, so a series never
+    changes its meaning halfway (a tenant's counter does not move to `other` and back)."""
+
+    def __init__(self, limit: int = MAX_TENANT_LABELS) -> None:
+        self.limit = limit
+        self._named: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, tenant_id: str) -> str:
+        if tenant_id in self._named:
+            return tenant_id
+        with self._lock:
+            if tenant_id in self._named or len(self._named) < self.limit:
+                self._named.add(tenant_id)
+                return tenant_id
+        return OTHER_TENANTS
+
+
+tenant_label = TenantLabels()
+
+
 def _safe(fn: Callable[..., None]) -> Callable[..., None]:
     """Observer hooks must never raise into the orchestrator."""
 
@@ -213,7 +244,7 @@ class PrometheusObserver:
 
     @_safe
     def rate_limited(self, tenant_id: str) -> None:
-        RATE_LIMITED.labels(tenant_id).inc()
+        RATE_LIMITED.labels(tenant_label(tenant_id)).inc()
 
     @_safe
     def auth_failed(self, reason: str) -> None:

@@ -38,12 +38,14 @@ def auth(tok: str, **extra: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {tok}", **extra}
 
 
-def registry(ledger: Path) -> tuple[WorkflowRegistry, ExampleBackend]:
-    """The built-in workflows, with the example's ledger in a file of this test."""
+def registry(ledger: Path, *extra: Any) -> tuple[WorkflowRegistry, ExampleBackend]:
+    """The built-in workflows, with the example's ledger in a file of this test, plus `extra`."""
     backend = ExampleBackend(ledger)
     reg = WorkflowRegistry()
     reg.register(ExampleWorkflow(backend=backend))
     reg.register(NoopWorkflow())
+    for workflow in extra:
+        reg.register(workflow)
     return reg, backend
 
 
@@ -73,13 +75,15 @@ class HarnessApi:
         return self.harness.store
 
 
-def harness_api(store: Any, ledger: Path, cfg: Settings | None = None) -> HarnessApi:
+def harness_api(
+    store: Any, ledger: Path, cfg: Settings | None = None, workflows: tuple[Any, ...] = ()
+) -> HarnessApi:
     from fastapi.testclient import TestClient
 
     from agent_jobs.api.app import create_app
 
     cfg = cfg or api_settings()
-    reg, backend = registry(ledger)
+    reg, backend = registry(ledger, *workflows)
     harness = Harness(store, reg, cfg)
     app = create_app(ShimRuntime(cfg, store, harness.orchestrator, reg), cfg)
     return HarnessApi(harness, cfg, TestClient(app), backend, app)

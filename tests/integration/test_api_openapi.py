@@ -124,6 +124,22 @@ def test_every_operation_and_error_path_conforms(conf: Conformance) -> None:
     conf.call(
         "POST", g, f"/v1/approvals/{approval_id}/grant", json={"note": 1}, headers=auth(alice)
     )  # 422
+    r = conf.call(
+        "POST",
+        g,
+        f"/v1/approvals/{approval_id}/grant",
+        json={"note": "x" * 201},
+        headers=auth(alice),
+    )
+    assert r.status_code == 422 and r.json()["error"]["field"] == "note"
+    r = conf.call(
+        "POST",
+        g,
+        f"/v1/approvals/{approval_id}/grant",
+        content=b'{"note": "\xff\xfe"}',
+        headers=auth(alice, **{"Content-Type": "application/json"}),
+    )
+    assert r.status_code == 422 and r.json()["error"]["field"] == "body"
     conf.call("POST", g, f"/v1/approvals/{approval_id}/grant", json=None, headers=auth(alice))
     conf.call("POST", d, f"/v1/approvals/{approval_id}/deny", headers=auth(alice))  # 409
     api.harness.run_until_idle()
@@ -141,12 +157,20 @@ def test_every_operation_and_error_path_conforms(conf: Conformance) -> None:
 
     conf.call("GET", "/healthz")
     conf.call("GET", "/readyz")
-    conf.call("GET", "/metrics")
-    conf.call("GET", "/metrics", headers={"Accept": "application/openmetrics-text"})
+    by_key = "/v1/tasks"
+    found = conf.call("GET", by_key, "/v1/tasks?idempotency_key=k", headers=auth(svc))
+    assert found.status_code == 200 and found.json()["task_id"] == task_id
+    conf.call("GET", by_key, "/v1/tasks?idempotency_key=unused", headers=auth(svc))  # 404
+    conf.call("GET", by_key, "/v1/tasks", headers=auth(svc))  # 422: the key is required
+    conf.call("GET", by_key, "/v1/tasks?idempotency_key=k")  # 401
+    # Metrics are not on the public port (see test_metrics_port.py).
+    assert api.client.get("/metrics").status_code == 404
 
-    expected = {("POST", "/v1/tasks", s) for s in (202, 400, 401, 413, 422)} | {
-        ("GET", t, s) for s in (200, 401, 404, 422)
-    }
+    expected = (
+        {("POST", "/v1/tasks", s) for s in (202, 400, 401, 413, 422)}
+        | {("GET", t, s) for s in (200, 401, 404, 422)}
+        | {("GET", by_key, s) for s in (200, 401, 404, 422)}
+    )
     assert expected <= conf.seen
 
 

@@ -56,13 +56,20 @@ def test_idempotency_key_is_required_and_checked(api: HarnessApi) -> None:
     assert api.store.list_tasks("acme") == []
 
 
+def nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("body", "code"),
     [
         ({"workflow": "nope@1"}, "unknown_workflow"),
         ({"workflow": "not a workflow"}, "invalid_input"),
         ({"workflow": "noop@1", "input": []}, "invalid_request"),
-        ({"workflow": "noop@1", "input": {"a": "nul\u0000byte"}}, "invalid_input"),
+        ({"workflow": "noop@1", "input": {"a": nested(40)}}, "invalid_input"),
         ({"input": {}}, "invalid_request"),
     ],
 )
@@ -77,15 +84,20 @@ def test_invalid_requests_are_422_and_create_nothing(
     assert api.store.list_tasks("acme") == []
 
 
-def test_nan_in_input_is_refused(api: HarnessApi) -> None:
+def test_what_storage_cannot_hold_is_cleaned_by_the_content_rule(api: HarnessApi) -> None:
+    # JSON can spell a NUL, a lone surrogate and (Python's parser) NaN; Postgres holds none of
+    # them. The content rule keeps the rest as given: U+FFFD for the characters, null for NaN.
     r = api.client.post(
         "/v1/tasks",
-        content=b'{"workflow": "noop@1", "input": {"x": NaN}}',
+        content=b'{"workflow": "noop@1", "input": {"x": NaN, "s": "a\\u0000b\\ud800", '
+        b'"b": "\xe2\x80\xae"}}',
         headers=auth(
             token(api.cfg, "acme"), **{"Idempotency-Key": "k", "Content-Type": "application/json"}
         ),
     )
-    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input"
+    assert r.status_code == 202, r.text
+    stored = api.store.get(r.json()["task_id"]).input
+    assert stored == {"x": None, "s": "a\ufffdb\ufffd", "b": "\u202e"}
 
 
 def test_awaiting_approval_and_the_pending_action_without_arguments(api: HarnessApi) -> None:
@@ -263,7 +275,10 @@ def test_health_and_readiness(api: HarnessApi, pg_store: Any, tmp_path: Path) ->
     assert api.client.get("/healthz").json() == {"status": "ok"}
     ready = api.client.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json() == {"status": "ready", "checks": {"database": "ok", "broker": "ok"}}
+    assert ready.json() == {
+        "status": "ready",
+        "checks": {"database": "ok", "broker": "ok", "schema": "ok"},
+    }
     down = harness_api(
         pg_store,
         tmp_path / "ledger2.db",
@@ -273,8 +288,34 @@ def test_health_and_readiness(api: HarnessApi, pg_store: Any, tmp_path: Path) ->
     assert r.status_code == 503
     assert r.json() == {
         "status": "unavailable",
-        "checks": {"database": "ok", "broker": "unavailable"},
+        "checks": {"database": "ok", "broker": "unavailable", "schema": "ok"},
+        "reason": "broker unreachable",
     }
+
+
+def test_an_api_over_a_database_not_at_head_is_not_ready(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agent_jobs.store import Store
+    from agent_jobs.store.migrate import head_revisions, upgrade
+
+    store = Store.from_url(f"sqlite:///{tmp_path / 'old.db'}")
+    try:
+        (head,) = head_revisions()
+        upgrade(store.engine, f"{head}-1")  # one revision behind, as after a deploy without it
+        with caplog.at_level("ERROR", logger="agent_jobs.api.app"):
+            api = harness_api(store, tmp_path / "ledger.db")
+        started = [r.getMessage() for r in caplog.records if "not ready" in r.getMessage()]
+        assert len(started) == 1 and "agent-jobs db upgrade" in started[0]
+        r = api.client.get("/readyz")
+        assert r.status_code == 503
+        body = r.json()
+        assert body["checks"] == {"database": "ok", "broker": "ok", "schema": "not_at_head"}
+        assert "\n" not in body["reason"] and f"not at head {head}" in body["reason"]
+        upgrade(store.engine)  # the migration lands: ready, without a restart
+        assert api.client.get("/readyz").status_code == 200
+    finally:
+        store.dispose()
 
 
 def test_an_unreachable_database_is_503_not_500(tmp_path: Path) -> None:

@@ -179,3 +179,20 @@ def test_rate_limited_is_typed_with_retry_after(pg_store: Any, tmp_path: Path) -
             client.create("noop@1")
     assert info.value.retry_after_s >= 1
     assert len(pg_store.list_tasks("acme")) == 1
+
+
+def test_get_by_key_finds_the_callers_task_and_no_other_tenants(
+    pg_store: Any, tmp_path: Path
+) -> None:
+    api = harness_api(pg_store, tmp_path / "ledger.db")
+    key = "req-8472/a?b#c%d&e=f+g"  # printable ASCII: every character a URL treats specially
+    with serve(api.app) as base:
+        acme = AgentJobsClient(base, token(api.cfg, "acme", "svc"), sleep=no_sleep)
+        created = acme.create("noop@1", {"steps": 1}, idempotency_key=key)
+        found = acme.get_by_key(key)
+        assert (found.task_id, found.tenant_id) == (created.task_id, "acme")
+        beta = AgentJobsClient(base, token(api.cfg, "beta", "svc"), sleep=no_sleep)
+        with pytest.raises(NotFound):
+            beta.get_by_key(key)  # another tenant's key: 404, as if it did not exist
+        with pytest.raises(NotFound):
+            acme.get_by_key("never-used")

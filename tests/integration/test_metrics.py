@@ -57,22 +57,65 @@ def promtool_check(text: str) -> None:
     assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
 
 
+class Scraper:
+    """The API's metrics, read from its metrics port as Prometheus would."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}/metrics"
+
+    def get(self, path: str = "/metrics", **kw: Any) -> requests.Response:
+        return requests.get(self.url, timeout=5, **kw)
+
+
 @pytest.fixture
-def api(pg_database: str, pg_store: Any, redis_url: str) -> Iterator[tuple[Any, Any]]:
+def api(pg_database: str, pg_store: Any, redis_url: str) -> Iterator[tuple[Any, Any, Scraper]]:
     from fastapi.testclient import TestClient
 
     from agent_jobs.api.app import create_app
 
+    port = free_port()
     with live_runtime(pg_database) as runtime:
-        yield runtime, TestClient(create_app(runtime))
+        cfg = runtime.settings.with_overrides(api_metrics_port=port)
+        with TestClient(create_app(runtime, cfg)) as client:  # runs the lifespan: the exporter
+            yield runtime, client, Scraper(port)
+
+
+def test_metrics_are_on_their_own_port_only(api: tuple[Any, Any, Scraper]) -> None:
+    _runtime, client, scraper = api
+    assert client.get("/metrics").status_code == 404  # the public port names no tenant
+    assert "/metrics" not in client.get("/openapi.json").json()["paths"]
+    response = scraper.get()
+    assert response.status_code == 200 and "agent_jobs_http_requests_total" in response.text
+    openmetrics = scraper.get(headers={"Accept": "application/openmetrics-text"})
+    assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
+
+
+def test_no_metrics_port_by_default_and_the_exporter_stops_with_the_app(
+    pg_database: str, pg_store: Any
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from agent_jobs.api.app import create_app
+
+    port = free_port()
+    with live_runtime(pg_database) as runtime:
+        assert runtime.settings.api_metrics_port is None
+        with TestClient(create_app(runtime)) as client:
+            assert client.get("/metrics").status_code == 404
+        with TestClient(
+            create_app(runtime, runtime.settings.with_overrides(api_metrics_port=port))
+        ):
+            assert requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).ok
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
 
 
 @pytest.mark.slow
-def test_api_and_in_thread_worker_metrics(api: tuple[Any, Any], tenant: str) -> None:
+def test_api_and_in_thread_worker_metrics(api: tuple[Any, Any, Scraper], tenant: str) -> None:
     from agent_jobs.queue.embedded import EmbeddedWorker
 
-    runtime, client = api
-    before = parse(client.get("/metrics").text)
+    runtime, client, scraper = api
+    before = parse(scraper.get().text)
     tok = token(runtime.settings, tenant)
     with EmbeddedWorker(concurrency=2, beat_enabled=False):
         r = client.post(
@@ -84,8 +127,8 @@ def test_api_and_in_thread_worker_metrics(api: tuple[Any, Any], tenant: str) -> 
         wait_until("completion", lambda: runtime.store.get(task_id).status.value == "COMPLETED")
         client.get(f"/v1/tasks/{task_id}", headers=auth(tok))
         client.get("/v1/tasks/tsk_missing", headers=auth("forged"))
-    response = client.get("/metrics")
-    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    response = scraper.get()
+    assert response.headers["content-type"].startswith("text/plain; version=")
     text = response.text
     after = parse(text)
     promtool_check(text)
@@ -106,8 +149,8 @@ def test_api_and_in_thread_worker_metrics(api: tuple[Any, Any], tenant: str) -> 
             assert not label.startswith(("tsk_", "apr_")) and task_id not in label
 
 
-def test_queue_depth_and_oldest_age_per_tenant(api: tuple[Any, Any], tenant: str) -> None:
-    runtime, client = api
+def test_queue_depth_and_oldest_age_per_tenant(api: tuple[Any, Any, Scraper], tenant: str) -> None:
+    runtime, _client, client = api
     queue = tenant_queue(runtime.settings.queue_prefix, tenant)
     broker = redis.Redis.from_url(runtime.settings.broker_url)
     try:

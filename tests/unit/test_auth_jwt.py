@@ -14,6 +14,8 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent_jobs.api.auth import AuthError, Principal, TokenVerifier, bearer_token, mint_token
 from agent_jobs.config import Settings
@@ -211,6 +213,8 @@ def test_bearer_header_parsing() -> None:
 
 
 class _NoStore:
+    engine = None  # read once by `create_app` (the schema check), never by a request
+
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"an unauthenticated request reached the store ({name})")
 
@@ -272,3 +276,95 @@ def test_missing_and_non_bearer_authorization_get_401(client: Any) -> None:
     assert client.get("/v1/tasks/tsk_1").status_code == 401
     r = client.get("/v1/tasks/tsk_1", headers={"Authorization": "Basic dXNlcjpwdw=="})
     assert r.status_code == 401
+
+
+# -- odd claims: types, NaN, control characters — always an AuthError, never a library error -----
+
+
+def signed_raw(payload_json: str) -> str:
+    """An HS256 token over exactly this payload text (JSON that `jwt.encode` would not write)."""
+    header = _b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    body = _b64(payload_json.encode())
+    mac = hmac.new(SECRET.encode(), f"{header}.{body}".encode(), hashlib.sha256).digest()
+    return f"{header}.{body}.{_b64(mac)}"
+
+
+FAR = int(time.time()) + 10**6
+
+
+@pytest.mark.parametrize("claim", ["exp", "nbf", "iat"])
+@pytest.mark.parametrize("value", [str(FAR), "1", True, False, [FAR], {"t": FAR}])
+def test_time_claims_must_be_numbers(claim: str, value: Any) -> None:
+    assert refused(HS, hs(**{claim: value})) in ("invalid_token", "token_expired", "missing_claim")
+
+
+@pytest.mark.parametrize("claim", ["exp", "nbf", "iat"])
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999", "null"])
+def test_non_finite_time_claims_are_refused(claim: str, literal: str) -> None:
+    base = {k: v for k, v in claims().items() if k != claim}
+    payload = json.dumps(base)[:-1] + f', "{claim}": {literal}}}'
+    assert refused(HS, signed_raw(payload))
+
+
+def test_numeric_time_claims_still_work() -> None:
+    now = time.time()
+    p = TokenVerifier(HS).verify(hs(exp=now + 300.5, nbf=now - 1.5, iat=now))
+    assert p.subject == "svc-orders"
+
+
+@pytest.mark.parametrize(
+    "sub", ["a\x00b", "\ud800", "bob\u202e", "line\nbreak", "", "   ", "x" * 256, 7, None, ["a"]]
+)
+def test_the_subject_follows_check_subject(sub: Any) -> None:
+    if isinstance(sub, str) and "\ud800" in sub:
+        token = signed_raw(json.dumps(claims(sub="PLACEHOLDER")).replace("PLACEHOLDER", "\\ud800"))
+    elif sub is None:
+        token = hs(sub=None)
+    else:
+        token = hs(sub=sub)
+    assert refused(HS, token) in ("invalid_subject", "missing_claim", "invalid_token")
+
+
+@pytest.mark.parametrize("tenant", ["acme\n", "Acme", "a" * 64, "", 5, None])
+def test_the_tenant_follows_check_tenant_id(tenant: Any) -> None:
+    assert refused(HS, hs(tenant=tenant) if tenant is not None else hs(tenant=None))
+
+
+_json_value = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    changes=st.dictionaries(
+        st.sampled_from(["exp", "nbf", "iat", "sub", "tenant", "roles", "aud", "iss", "jti"]),
+        _json_value,
+        max_size=4,
+    )
+)
+def test_any_claims_either_verify_or_raise_auth_error(changes: dict[str, Any]) -> None:
+    payload = {**claims(), **changes}
+    token = signed_raw(json.dumps(payload))  # `jwt.encode` itself refuses some of these
+    try:
+        who = TokenVerifier(HS).verify(token)
+    except AuthError:
+        return
+    # Accepted: then every rule held.
+    assert isinstance(payload["exp"], int | float) and not isinstance(payload["exp"], bool)
+    assert who.tenant_id == payload["tenant"] and who.subject == payload["sub"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(token=st.text(max_size=300) | st.binary(max_size=300).map(lambda b: b.decode("latin-1")))
+def test_any_token_text_is_an_auth_error(token: str) -> None:
+    with pytest.raises(AuthError):
+        TokenVerifier(BOTH).verify(token)

@@ -102,3 +102,31 @@ def test_event_redaction_hashes_arguments_and_masks_personal_data() -> None:
     assert out["customer_name"] == "[REDACTED:pii]"
     assert out["token"]["redacted"] is True
     assert "pay_1" not in str(out) and "Asha" not in str(out)
+
+
+def test_tenant_labels_are_bounded() -> None:
+    from agent_jobs.obs.metrics import OTHER_TENANTS, TenantLabels
+
+    labels = TenantLabels(limit=3)
+    assert [labels(t) for t in ("a", "b", "a", "c")] == ["a", "b", "a", "c"]
+    assert labels("d") == OTHER_TENANTS and labels("e") == OTHER_TENANTS
+    assert labels("b") == "b"  # a named tenant keeps its name: its series never changes meaning
+
+
+def test_rate_limited_series_stop_growing_at_the_cap(monkeypatch: Any) -> None:
+    from agent_jobs.obs import metrics
+
+    monkeypatch.setattr(metrics, "tenant_label", metrics.TenantLabels(limit=2))
+    observer = PrometheusObserver()
+    other = sample("agent_jobs_rate_limited_total", tenant="other")
+    for i in range(5):
+        observer.rate_limited(f"cap-test-{i}")
+    named = {
+        s.labels["tenant"]
+        for family in REGISTRY.collect()
+        if family.name == "agent_jobs_rate_limited"
+        for s in family.samples
+        if s.labels["tenant"].startswith("cap-test-")
+    }
+    assert named == {"cap-test-0", "cap-test-1"}
+    assert sample("agent_jobs_rate_limited_total", tenant="other") == other + 3
