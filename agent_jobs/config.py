@@ -1,121 +1,275 @@
-"""Settings, read once from the environment. Defaults give the embedded mode: nothing to install.
+"""Settings: one schema, each setting declared once — its environment name, type, default,
+bounds and help. Defaults give the embedded mode: nothing to install.
 
-Every variable is prefixed `AGENT_JOBS_`; the README's "Configuration" table lists them all.
+Every variable is `AGENT_JOBS_<FIELD NAME>`. `load_settings()` reads them, validates them all
+and reports every bad value, one line each; nothing else in the package reads an `AGENT_JOBS_*`
+variable. The README's "Configuration" table is generated from this schema
+(`agent-jobs config --markdown`; a test fails when the two differ).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
 from agent_jobs.core.errors import ConfigError
 
+PREFIX = "AGENT_JOBS_"
 EMBEDDED_DATABASE_URL = "sqlite:///agent_jobs.db"
 EMBEDDED_BROKER_URL = "memory://localhost/"
+# In the embedded mode one process holds broker, worker and beat: sweep often, presume a lost
+# dispatch quickly. Applied where the variable is not set.
+EMBEDDED_DEFAULTS = {"sweep_interval_s": 1.0, "dispatch_grace_s": 2.0}
 
 
-def _float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{name}={raw!r} is not a number") from exc
-    if value < 0:
-        raise ConfigError(f"{name}={raw!r} must not be negative")
-    return value
+def _setting(default: Any, help: str, *, shown: str | None = None, **bounds: Any) -> Any:
+    """A field of the schema: its default, what it means, and (for the table) how the default
+    reads when the value itself says little (`unset`, `host:pid`, ...)."""
+    extra: dict[str, Any] | None = {"shown": shown} if shown is not None else None
+    return Field(default, description=help, json_schema_extra=extra, **bounds)
 
 
-def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{name}={raw!r} is not an integer") from exc
+class Settings(BaseModel):
+    """The process's settings. Frozen: change one with `with_overrides` (tests, benches)."""
 
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
-@dataclass(frozen=True)
-class Settings:
-    database_url: str = EMBEDDED_DATABASE_URL
-    broker_url: str = EMBEDDED_BROKER_URL
-    # Redis for the tenant directory and the broker-loss sentinel; defaults to the broker's URL
-    # when the broker is Redis, else nothing (embedded: in-process directory).
-    redis_url: str | None = None
-    queue_prefix: str = "aj"
-    # "tenant": one queue per tenant (the design). "shared": every step on one queue — only so
-    # that the fairness benchmark can show what per-tenant queues buy.
-    routing: str = "tenant"
-    # Lease: a step renews it by heartbeat every third of the TTL while it waits on I/O.
-    lease_ttl_s: float = 30.0
-    # Beat runs every sweeper at this interval.
-    sweep_interval_s: float = 5.0
-    # A runnable task with no lease whose last dispatch is older than this is re-dispatched.
-    dispatch_grace_s: float = 60.0
-    # Retry policy for steps that fail transiently (RETRY_WAIT), then dead letter.
-    max_attempts: int = 5
-    retry_base_s: float = 2.0
-    retry_max_s: float = 300.0
-    # EXEC_UNKNOWN: reconcile reads that fail are retried this many times, then ESCALATED.
-    max_reconcile_attempts: int = 5
-    # A provider that throttles a side effect (429/503 + Retry-After, nothing applied) is waited
-    # for, with the same key, at most this long in total; then the task is escalated.
-    throttle_max_wait_s: float = 600.0
-    sweep_batch: int = 500
-    # Submissions that created nothing are kept this long for operators to see why, then
-    # pruned by the retention sweeper; 0 keeps them forever.
-    rejected_retention_days: float = 30.0
-    # A task that takes more steps than this is escalated: no workflow may loop forever.
-    max_steps: int = 10_000
-    # How often a worker re-reads the tenant directory to consume newly active tenant queues.
-    queue_sync_interval_s: float = 1.0
-    # Lease owner name; None means "host:pid" of the process that claims (set after a fork).
-    worker_id: str | None = None
-
-    # -- service interfaces (API, auth, admission, metrics) ------------------------------------
+    # -- where things are ---------------------------------------------------------------------
+    database_url: str = _setting(
+        EMBEDDED_DATABASE_URL,
+        "Postgres in production (`postgresql://...`, psycopg2); SQLite embedded",
+        min_length=1,
+    )
+    broker_url: str = _setting(
+        EMBEDDED_BROKER_URL,
+        "Redis in production (`redis://host:6379/0`); in-process embedded",
+        min_length=1,
+    )
+    redis_url: str | None = _setting(
+        None,
+        "tenant directory, rate buckets, semaphores",
+        shown="the broker's, if Redis",
+    )
+    queue_prefix: str = _setting(
+        "aj",
+        "queue names `aj.t.<tenant>`, Redis keys `aj:...`, the control exchange",
+        pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$",
+    )
+    routing: str = _setting(
+        "tenant",
+        "`shared` puts every step on one queue — only for the fairness baseline",
+        pattern=r"^(tenant|shared)$",
+    )
+    # -- leases, sweepers, retries -------------------------------------------------------------
+    lease_ttl_s: float = _setting(
+        30.0, "lease length; renewed every third of it while a step waits", ge=1
+    )
+    sweep_interval_s: float = _setting(
+        5.0,
+        "beat's interval for every sweeper (retention: at least 300 s)",
+        shown="`5` (embedded `1`)",
+        gt=0,
+    )
+    dispatch_grace_s: float = _setting(
+        60.0,
+        "a dispatch older than this, with no lease, is repeated",
+        shown="`60` (embedded `2`)",
+        ge=0,
+    )
+    max_attempts: int = _setting(
+        5, "consecutive failed attempts of a step before FAILED and a dead letter", ge=1
+    )
+    retry_base_s: float = _setting(2.0, "exponential backoff's base, with equal jitter", gt=0)
+    retry_max_s: float = _setting(300.0, "exponential backoff's cap", gt=0)
+    max_reconcile_attempts: int = _setting(
+        5, "failed lookups, or sends of one key, before ESCALATED", ge=1
+    )
+    throttle_max_wait_s: float = _setting(
+        600.0,
+        "total wait for a provider that throttles a side effect (429/503 + Retry-After) "
+        "before ESCALATED",
+        ge=0,
+    )
+    max_steps: int = _setting(10_000, "steps per task before ESCALATED", ge=1)
+    sweep_batch: int = _setting(500, "rows per sweeper transaction", ge=1)
+    rejected_retention_days: float = _setting(
+        30.0,
+        "Celery-native submissions that created nothing are kept this long (why, for "
+        "operators), then pruned; `0` keeps them",
+        ge=0,
+    )
+    queue_sync_interval_s: float = _setting(
+        1.0, "how often a worker re-reads the tenant directory", gt=0
+    )
+    worker_id: str | None = _setting(None, "the lease owner's name", shown="`host:pid`")
+    pg_prepare: bool = _setting(
+        True,
+        "prepare the hot path's statements once per Postgres connection; `0` behind a pooler "
+        "that does not keep sessions (PgBouncer in transaction mode)",
+    )
+    # -- Celery and the CLI --------------------------------------------------------------------
+    task_events: bool = _setting(
+        False,
+        "`1`: Celery task events (Flower's task pages; three extra publishes per step)",
+        shown="off",
+    )
+    celery_config: str | None = _setting(
+        None,
+        "a module whose lower-case attributes override Celery settings (see `celeryconfig.py`)",
+        shown="—",
+    )
+    debug: bool = _setting(False, "`1`: the CLI shows tracebacks (as `--debug`)", shown="—")
+    bench_allow_db0: bool = _setting(
+        False, "`1`: `agent-jobs bench chaos` may flush Redis database 0", shown="—"
+    )
+    # -- the business systems, the model, tools ---------------------------------------------
+    systems_url: str = _setting(
+        "http://127.0.0.1:8090",
+        "the business systems (`agent-jobs sim serve` listens there)",
+        min_length=1,
+    )
+    orders_url: str | None = _setting(None, "the orders system, if not at `SYSTEMS_URL`")
+    payments_url: str | None = _setting(None, "the payments system, if not at `SYSTEMS_URL`")
+    policies_url: str | None = _setting(None, "the policies system, if not at `SYSTEMS_URL`")
+    model_routes: str | None = _setting(
+        None,
+        "a JSON routes file (OpenAI-compatible providers)",
+        shown="built-in scripted route",
+    )
+    tool_secret: str | None = Field(
+        None,
+        description="HMAC secret for per-call tool credentials",
+        json_schema_extra={"shown": "a development default, with a warning"},
+        repr=False,  # never in logs
+    )
+    confirm_lag_s: float = _setting(
+        10.0,
+        "how long the refund agent's confirmation read may lag the write before it escalates",
+        ge=0,
+        le=3600,
+    )
+    example_backend: str = _setting(
+        "agent_jobs_example_ledger.db", "the example workflow's ledger file", min_length=1
+    )
+    # -- the dispatch gate ---------------------------------------------------------------------
+    tenant_idle_s: float = _setting(
+        60.0, "a tenant idle this long, with an empty queue, is no longer consumed", ge=0
+    )
+    tenant_cap: int = _setting(0, "steps in flight per tenant; `0`: no cap", ge=0)
+    tenant_caps: tuple[tuple[str, int], ...] = _setting(
+        (), "per-tenant caps: `acme=5,beta=2`", shown="—"
+    )
+    fair_share: bool = _setting(
+        False, "cost-weighted fair share between tenants (step time / weight)", shown="off"
+    )
+    tenant_weights: tuple[tuple[str, float], ...] = _setting(
+        (), "fair-share weights: `gold=4`", shown="—"
+    )
+    fair_quantum_s: float = _setting(
+        0.25, "how far ahead of the lowest a tenant may run (s)", gt=0
+    )
+    slot_ttl_s: float = _setting(
+        300.0, "a gate or model slot whose holder died comes back after this", gt=0
+    )
+    model_cap: int = _setting(0, "model calls in flight across all workers; `0`: no cap", ge=0)
+    # -- service interfaces (API, auth, admission, metrics) ----------------------------------
     # JWT: HS256 with a shared secret (development), RS256 with a public key (production). Only
     # the algorithms whose key is configured are accepted; with neither, every token is refused.
-    jwt_secret: str | None = field(default=None, repr=False)  # never in logs
-    jwt_public_key: str | None = None
-    jwt_audience: str = "agent-jobs"
-    jwt_issuer: str = "agent-jobs"
-    jwt_tenant_claim: str = "tenant"
-    jwt_roles_claim: str = "roles"
-    jwt_leeway_s: float = 30.0
-    # Request bodies above this many bytes are refused with 413 before they are parsed.
-    api_max_body_bytes: int = 262_144
-    api_host: str = "127.0.0.1"
-    api_port: int = 8000
-    # Admission: a token bucket per tenant (rate tokens/s, burst tokens); rate 0 turns it off.
-    rate_per_s: float = 10.0
-    rate_burst: int = 20
-    # Per-tenant overrides: ((tenant, rate_per_s, burst), ...).
-    rate_limits: tuple[tuple[str, float, int], ...] = ()
-    # Celery-native submissions retry this many times on an empty bucket, then are rejected.
-    submit_max_retries: int = 5
-    # `agent-jobs worker` serves its processes' metrics on this port (None: no exporter).
-    worker_metrics_port: int | None = None
-    # The API serves /metrics on this port of `api_host`, never on its public port (None: off).
-    api_metrics_port: int | None = None
-    # `agent-jobs flower` re-inspects the workers this often, so new tenant queues show up.
-    flower_refresh_s: float = 5.0
-    # A worker stops consuming a tenant's queue after it has been idle this long (and is empty).
-    tenant_idle_s: float = 60.0
-    # The dispatch gate (queue/gate.py). Steps in flight per tenant: 0 means no cap.
-    tenant_cap: int = 0
-    tenant_caps: tuple[tuple[str, int], ...] = ()
-    # Cost-weighted fair share between tenants (step time / weight), and its quantum in seconds.
-    fair_share: bool = False
-    tenant_weights: tuple[tuple[str, float], ...] = ()
-    fair_quantum_s: float = 0.25
-    # A gate slot (or model slot) whose holder died comes back after this long.
-    slot_ttl_s: float = 300.0
-    # Model calls in flight across all workers (the seed's "concurrency cap of 40"); 0: no cap.
-    model_cap: int = 0
+    jwt_secret: str | None = Field(
+        None,
+        description="HS256 secret (at least 32 bytes)",
+        json_schema_extra={"shown": "unset"},
+        repr=False,  # never in logs
+    )
+    jwt_public_key: str | None = _setting(None, "RS256 public key (PEM)", shown="unset")
+    jwt_public_key_file: str | None = _setting(
+        None, "a file holding the RS256 public key", shown="unset"
+    )
+    jwt_audience: str = _setting("agent-jobs", "the required `aud` claim", min_length=1)
+    jwt_issuer: str = _setting("agent-jobs", "the required `iss` claim", min_length=1)
+    jwt_tenant_claim: str = _setting("tenant", "the claim naming the tenant", min_length=1)
+    jwt_roles_claim: str = _setting("roles", "the claim listing the roles", min_length=1)
+    jwt_leeway_s: float = _setting(30.0, "clock skew allowed on `exp`/`nbf`", ge=0)
+    api_max_body_bytes: int = _setting(
+        262_144, "request bodies above this are refused with 413 before parsing", ge=1024
+    )
+    api_host: str = _setting("127.0.0.1", "the API's address", min_length=1)
+    api_port: int = _setting(8000, "the API's port", ge=1, le=65535)
+    api_metrics_port: int | None = _setting(
+        None,
+        "the port, on `API_HOST`, the API serves `/metrics` on",
+        shown="unset (no API metrics)",
+        ge=1,
+        le=65535,
+    )
+    rate_per_s: float = _setting(10.0, "admission token bucket's rate; `0` turns it off", ge=0)
+    rate_burst: int = _setting(20, "admission token bucket's burst", ge=0)
+    rate_limits: tuple[tuple[str, float, int], ...] = _setting(
+        (), "per-tenant rate and burst: `acme=5:10`", shown="—"
+    )
+    submit_max_retries: int = _setting(
+        5, "Celery-native submits retried on an empty bucket", ge=0
+    )
+    worker_metrics_port: int | None = _setting(
+        None, "the port `agent-jobs worker` serves metrics on", shown="unset", ge=1, le=65535
+    )
+    flower_refresh_s: float = _setting(
+        5.0, "how often `agent-jobs flower` re-reads the workers' queues", gt=0
+    )
+
+    # -- parsing of the compact per-tenant forms ----------------------------------------------
+
+    @field_validator("rate_limits", mode="before")
+    @classmethod
+    def _rate_limits(cls, raw: Any) -> Any:
+        """`acme=5:10,beta=0.5:2` -> ((acme, 5.0, 10), (beta, 0.5, 2))."""
+        if not isinstance(raw, str):
+            return raw
+        out = []
+        for item in _items(raw):
+            tenant, sep, spec = item.partition("=")
+            rate, sep2, burst = spec.partition(":")
+            try:
+                if not (sep and sep2 and tenant.strip()):
+                    raise ValueError(item)
+                entry = (tenant.strip(), float(rate), int(burst))
+            except ValueError:
+                raise ValueError(f"{item!r} is not tenant=rate:burst (e.g. acme=5:10)") from None
+            if entry[1] < 0 or entry[2] < 0:
+                raise ValueError(f"{item!r} must not be negative")
+            out.append(entry)
+        return tuple(out)
+
+    @field_validator("tenant_caps", "tenant_weights", mode="before")
+    @classmethod
+    def _per_tenant(cls, raw: Any) -> Any:
+        """`acme=5,beta=2` -> (("acme", "5"), ("beta", "2")); the field's type converts."""
+        if not isinstance(raw, str):
+            return raw
+        out = []
+        for item in _items(raw):
+            tenant, sep, value = item.partition("=")
+            if not sep or not tenant.strip() or not value.strip():
+                raise ValueError(f"{item!r} is not tenant=value (e.g. acme=5)")
+            if value.strip().startswith("-"):
+                raise ValueError(f"{item!r} must not be negative")
+            out.append((tenant.strip(), value.strip()))
+        return tuple(out)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.jwt_secret is not None and len(self.jwt_secret.encode()) < 32:
+            # RFC 7518 3.2: an HS256 key must be at least as long as the hash (256 bits).
+            raise ValueError("JWT_SECRET must be at least 32 bytes")
+        if self.retry_max_s < self.retry_base_s:
+            raise ValueError("RETRY_MAX_S must not be below RETRY_BASE_S")
+        return self
+
+    # -- derived values ------------------------------------------------------------------------
 
     def lease_owner(self) -> str:
         return self.worker_id or f"{os.uname().nodename}:{os.getpid()}"
@@ -132,148 +286,114 @@ class Settings:
             return self.broker_url
         return None
 
+    def system_url(self, system: str) -> str:
+        """The base URL of one business system (`orders`, `payments`, `policies`)."""
+        own = getattr(self, f"{system}_url", None)
+        return str(own or self.systems_url).rstrip("/")
+
+    def public_key(self) -> str | None:
+        """The RS256 public key: inline (`\\n` for new lines) or read from its file."""
+        if self.jwt_public_key:
+            return self.jwt_public_key.replace("\\n", "\n")
+        if not self.jwt_public_key_file:
+            return None
+        try:
+            with open(self.jwt_public_key_file, encoding="utf-8") as f:
+                return f.read()
+        except OSError as exc:
+            raise ConfigError(
+                f"{PREFIX}JWT_PUBLIC_KEY_FILE={self.jwt_public_key_file!r}: {exc.strerror}"
+            ) from None
+
     def with_overrides(self, **changes: object) -> Settings:
-        return replace(self, **changes)  # type: ignore[arg-type]
+        """A copy with some values changed, validated like the environment's."""
+        return _validated({**self.model_dump(), **changes})
 
 
-def _rate_limits(raw: str | None) -> tuple[tuple[str, float, int], ...]:
-    """`acme=5:10,beta=0.5:2` -> ((acme, 5.0, 10), (beta, 0.5, 2)): rate per second and burst."""
-    if not raw:
-        return ()
-    out: list[tuple[str, float, int]] = []
-    for raw_item in raw.split(","):
-        item = raw_item.strip()
-        if not item:
-            continue
-        try:
-            tenant, spec = item.split("=", 1)
-            rate, burst = spec.split(":", 1)
-            entry = (tenant.strip(), float(rate), int(burst))
-        except ValueError:
-            raise ConfigError(
-                f"AGENT_JOBS_RATE_LIMITS: {item!r} is not tenant=rate:burst (e.g. acme=5:10)"
-            ) from None
-        if entry[1] < 0 or entry[2] < 0:
-            raise ConfigError(f"AGENT_JOBS_RATE_LIMITS: {item!r} must not be negative")
-        out.append(entry)
-    return tuple(out)
+def _items(raw: str) -> list[str]:
+    return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def _per_tenant(name: str, cast: type[Any]) -> tuple[tuple[str, Any], ...]:
-    """`acme=5,beta=2` -> (("acme", 5), ("beta", 2)); a malformed entry is a configuration error."""
-    out = []
-    for item in (os.environ.get(name) or "").split(","):
-        if not item.strip():
-            continue
-        tenant, sep, value = item.partition("=")
-        try:
-            if not sep or not tenant.strip():
-                raise ValueError(item)
-            parsed = cast(value.strip())
-            if parsed < 0:
-                raise ValueError(item)
-        except ValueError:
-            raise ConfigError(
-                f"{name}: {item.strip()!r} is not tenant=value (e.g. acme=5)"
-            ) from None
-        out.append((tenant.strip(), parsed))
-    return tuple(out)
+def env_name(field: str) -> str:
+    return PREFIX + field.upper()
 
 
-def _public_key(env: os._Environ[str]) -> str | None:
-    inline = env.get("AGENT_JOBS_JWT_PUBLIC_KEY")
-    if inline:
-        return inline.replace("\\n", "\n")
-    path = env.get("AGENT_JOBS_JWT_PUBLIC_KEY_FILE")
-    if not path:
-        return None
+def _validated(data: Mapping[str, Any]) -> Settings:
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as exc:
-        raise ConfigError(f"AGENT_JOBS_JWT_PUBLIC_KEY_FILE={path!r}: {exc.strerror}") from None
+        return Settings.model_validate(dict(data))
+    except ValidationError as exc:
+        raise ConfigError(_one_line_each(exc, data)) from None
 
 
-def _optional_int(name: str) -> int | None:
-    raw = os.environ.get(name)
-    return None if raw is None or raw == "" else _int(name, 0)
+def _one_line_each(exc: ValidationError, data: Mapping[str, Any]) -> str:
+    """One line per bad value: `AGENT_JOBS_SWEEP_BATCH='0': must be at least 1`."""
+    lines = []
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ()) if not isinstance(p, int)]
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        msg = msg.replace("Input should be greater than or equal to", "must be at least")
+        msg = msg.replace("Input should be greater than", "must be more than")
+        msg = msg.replace("Input should be less than or equal to", "must be at most")
+        if loc:
+            name = loc[0]
+            shown = data.get(name)
+            value = f"={shown!r}" if isinstance(shown, str) else ""
+            lines.append(f"{env_name(name)}{value}: {msg}")
+        else:
+            lines.append(f"{PREFIX}{msg}")
+    return "\n".join(lines) or "invalid settings"
+
+
+def from_environ(environ: Mapping[str, str]) -> Settings:
+    """Settings from an environment mapping: each field from its variable; unset or empty means
+    the default (embedded-mode defaults where the broker is in-process)."""
+    data: dict[str, Any] = {}
+    for name in Settings.model_fields:
+        raw = environ.get(env_name(name))
+        if raw is not None and raw.strip() != "":
+            data[name] = raw.strip() if name not in ("jwt_secret", "tool_secret") else raw
+    broker = data.get("broker_url", EMBEDDED_BROKER_URL)
+    if str(broker).startswith("memory://"):
+        for name, value in EMBEDDED_DEFAULTS.items():
+            data.setdefault(name, value)
+    return _validated(data)
 
 
 def load_settings() -> Settings:
-    """Build settings from `AGENT_JOBS_*` environment variables (unset means the default)."""
-    env = os.environ
-    defaults = Settings()
-    if (env.get("AGENT_JOBS_BROKER_URL") or defaults.broker_url).startswith("memory://"):
-        # One process holds broker, worker and beat: sweep often, presume loss quickly.
-        defaults = replace(defaults, sweep_interval_s=1.0, dispatch_grace_s=2.0)
-    settings = Settings(
-        database_url=env.get("AGENT_JOBS_DATABASE_URL") or defaults.database_url,
-        broker_url=env.get("AGENT_JOBS_BROKER_URL") or defaults.broker_url,
-        redis_url=env.get("AGENT_JOBS_REDIS_URL") or None,
-        queue_prefix=env.get("AGENT_JOBS_QUEUE_PREFIX") or defaults.queue_prefix,
-        routing=env.get("AGENT_JOBS_ROUTING") or defaults.routing,
-        lease_ttl_s=_float("AGENT_JOBS_LEASE_TTL_S", defaults.lease_ttl_s),
-        sweep_interval_s=_float("AGENT_JOBS_SWEEP_INTERVAL_S", defaults.sweep_interval_s),
-        dispatch_grace_s=_float("AGENT_JOBS_DISPATCH_GRACE_S", defaults.dispatch_grace_s),
-        max_attempts=_int("AGENT_JOBS_MAX_ATTEMPTS", defaults.max_attempts),
-        retry_base_s=_float("AGENT_JOBS_RETRY_BASE_S", defaults.retry_base_s),
-        retry_max_s=_float("AGENT_JOBS_RETRY_MAX_S", defaults.retry_max_s),
-        max_reconcile_attempts=_int(
-            "AGENT_JOBS_MAX_RECONCILE_ATTEMPTS", defaults.max_reconcile_attempts
-        ),
-        throttle_max_wait_s=_float(
-            "AGENT_JOBS_THROTTLE_MAX_WAIT_S", defaults.throttle_max_wait_s
-        ),
-        sweep_batch=_int("AGENT_JOBS_SWEEP_BATCH", defaults.sweep_batch),
-        rejected_retention_days=_float(
-            "AGENT_JOBS_REJECTED_RETENTION_DAYS", defaults.rejected_retention_days
-        ),
-        max_steps=_int("AGENT_JOBS_MAX_STEPS", defaults.max_steps),
-        queue_sync_interval_s=_float(
-            "AGENT_JOBS_QUEUE_SYNC_INTERVAL_S", defaults.queue_sync_interval_s
-        ),
-        worker_id=env.get("AGENT_JOBS_WORKER_ID") or None,
-        jwt_secret=env.get("AGENT_JOBS_JWT_SECRET") or None,
-        jwt_public_key=_public_key(env),
-        jwt_audience=env.get("AGENT_JOBS_JWT_AUDIENCE") or defaults.jwt_audience,
-        jwt_issuer=env.get("AGENT_JOBS_JWT_ISSUER") or defaults.jwt_issuer,
-        jwt_tenant_claim=env.get("AGENT_JOBS_JWT_TENANT_CLAIM") or defaults.jwt_tenant_claim,
-        jwt_roles_claim=env.get("AGENT_JOBS_JWT_ROLES_CLAIM") or defaults.jwt_roles_claim,
-        jwt_leeway_s=_float("AGENT_JOBS_JWT_LEEWAY_S", defaults.jwt_leeway_s),
-        api_max_body_bytes=_int("AGENT_JOBS_API_MAX_BODY_BYTES", defaults.api_max_body_bytes),
-        api_host=env.get("AGENT_JOBS_API_HOST") or defaults.api_host,
-        api_port=_int("AGENT_JOBS_API_PORT", defaults.api_port),
-        rate_per_s=_float("AGENT_JOBS_RATE_PER_S", defaults.rate_per_s),
-        rate_burst=_int("AGENT_JOBS_RATE_BURST", defaults.rate_burst),
-        rate_limits=_rate_limits(env.get("AGENT_JOBS_RATE_LIMITS")),
-        submit_max_retries=_int("AGENT_JOBS_SUBMIT_MAX_RETRIES", defaults.submit_max_retries),
-        worker_metrics_port=_optional_int("AGENT_JOBS_WORKER_METRICS_PORT"),
-        api_metrics_port=_optional_int("AGENT_JOBS_API_METRICS_PORT"),
-        flower_refresh_s=_float("AGENT_JOBS_FLOWER_REFRESH_S", defaults.flower_refresh_s),
-        tenant_idle_s=_float("AGENT_JOBS_TENANT_IDLE_S", defaults.tenant_idle_s),
-        tenant_cap=_int("AGENT_JOBS_TENANT_CAP", defaults.tenant_cap),
-        tenant_caps=_per_tenant("AGENT_JOBS_TENANT_CAPS", int),
-        fair_share=env.get("AGENT_JOBS_FAIR_SHARE", "") in ("1", "true", "on"),
-        tenant_weights=_per_tenant("AGENT_JOBS_TENANT_WEIGHTS", float),
-        fair_quantum_s=_float("AGENT_JOBS_FAIR_QUANTUM_S", defaults.fair_quantum_s),
-        slot_ttl_s=_float("AGENT_JOBS_SLOT_TTL_S", defaults.slot_ttl_s),
-        model_cap=_int("AGENT_JOBS_MODEL_CAP", defaults.model_cap),
-    )
-    if settings.lease_ttl_s < 1:
-        raise ConfigError("AGENT_JOBS_LEASE_TTL_S must be at least 1 second")
-    if settings.routing not in ("tenant", "shared"):
-        raise ConfigError("AGENT_JOBS_ROUTING must be 'tenant' or 'shared'")
-    if settings.max_attempts < 1:
-        raise ConfigError("AGENT_JOBS_MAX_ATTEMPTS must be at least 1")
-    if settings.jwt_secret is not None and len(settings.jwt_secret.encode()) < 32:
-        # RFC 7518 3.2: an HS256 key must be at least as long as the hash (256 bits).
-        raise ConfigError("AGENT_JOBS_JWT_SECRET must be at least 32 bytes")
-    if settings.api_max_body_bytes < 1024:
-        raise ConfigError("AGENT_JOBS_API_MAX_BODY_BYTES must be at least 1024")
-    return settings
+    """Build settings from the process's `AGENT_JOBS_*` environment variables."""
+    return from_environ(os.environ)
 
 
 @lru_cache(maxsize=1)
 def settings() -> Settings:
     """The process-wide settings, read on first use."""
     return load_settings()
+
+
+def markdown_table() -> str:
+    """The README's configuration table, generated from the schema."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        shown = extra.get("shown")
+        if shown is None:
+            value = field.default
+            if isinstance(value, bool):
+                value = "1" if value else "0"
+            elif isinstance(value, float) and value.is_integer():
+                value = int(value)
+            shown = "unset" if value is None else f"`{value}`"
+        bounds = _bounds(field.metadata)
+        help_ = (field.description or "") + (f" ({bounds})" if bounds else "")
+        rows.append(f"| `{env_name(name)}` | {shown} | {help_} |")
+    return "\n".join(rows)
+
+
+def _bounds(metadata: list[Any]) -> str:
+    out = []
+    for m in metadata:
+        for attr, word in (("ge", "≥"), ("gt", ">"), ("le", "≤")):
+            value = getattr(m, attr, None)
+            if value is not None:
+                out.append(f"{word} {value}")
+    return ", ".join(out)

@@ -68,11 +68,12 @@ class TokenVerifier:
         self._keys: dict[str, Any] = {}
         if settings.jwt_secret:
             self._keys["HS256"] = settings.jwt_secret
-        if settings.jwt_public_key:
+        public_key = settings.public_key()
+        if public_key:
             try:
                 self._keys["RS256"] = jwt.algorithms.RSAAlgorithm(
                     jwt.algorithms.RSAAlgorithm.SHA256
-                ).prepare_key(settings.jwt_public_key)
+                ).prepare_key(public_key)
             except Exception as exc:
                 raise ConfigError(
                     f"AGENT_JOBS_JWT_PUBLIC_KEY is not an RSA public key: {exc}"

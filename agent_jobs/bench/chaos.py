@@ -21,6 +21,7 @@ import redis
 from agent_jobs.bench.common import bench_env, require_services
 from agent_jobs.bench.common import progress as say
 from agent_jobs.bench.procs import WorkerProcess
+from agent_jobs.config import load_settings
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.errors import ConfigError
 from agent_jobs.core.states import TERMINAL, Status
@@ -43,7 +44,7 @@ def refuse_shared_broker_db(broker_url: str) -> None:
     is every client's default, and most likely a real deployment's: refused unless
     AGENT_JOBS_BENCH_ALLOW_DB0=1 says it is this run's to flush."""
     db = redis.Redis.from_url(broker_url).connection_pool.connection_kwargs.get("db") or 0
-    if int(db) == 0 and os.environ.get(ALLOW_DB0) != "1":
+    if int(db) == 0 and not load_settings().bench_allow_db0:
         raise ConfigError(
             f"bench chaos flushes its broker's Redis database, and AGENT_JOBS_BROKER_URL is "
             f"database 0: use a database of its own (e.g. redis://127.0.0.1:6379/5, as `make "

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
 
 from agent_jobs import __version__
+from agent_jobs.config import load_settings
 from agent_jobs.core.errors import AgentJobsError
 
 EXIT_USAGE = 2
@@ -55,10 +55,17 @@ def _optional_modules() -> list[ModuleType]:
     return found
 
 
+def _debug_from_settings() -> bool:
+    try:
+        return load_settings().debug
+    except AgentJobsError:
+        return False  # the bad value is reported by the command that reads the settings
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    debug = args.debug or os.environ.get("AGENT_JOBS_DEBUG") == "1"
+    debug = args.debug or _debug_from_settings()
     try:
         result = args.func(args)
         return int(result or 0)

@@ -8,7 +8,7 @@ import signal
 import threading
 from typing import Any
 
-from agent_jobs.config import settings
+from agent_jobs.config import env_name, settings
 from agent_jobs.orchestrator.sweepers import KINDS
 
 
@@ -100,7 +100,31 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.scenario, quiet=args.quiet)
 
 
+def cmd_config(args: argparse.Namespace) -> int:
+    """The settings in force (validated: a bad value is one line each), or the schema's table."""
+    from agent_jobs.config import markdown_table  # noqa: PLC0415
+
+    if args.markdown:
+        print(markdown_table())
+        return 0
+    current = settings()
+    for name, value in current.model_dump().items():
+        shown = value
+        if name in ("jwt_secret", "tool_secret") and value:
+            shown = "***"
+        elif isinstance(value, str) and "url" in name:
+            shown = _redacted_url(value)
+        print(f"{env_name(name)}={'' if shown is None else shown}")
+    return 0
+
+
 def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "config", help="print the settings in force (secrets masked), or the table of all"
+    )
+    p.add_argument("--markdown", action="store_true", help="the README's configuration table")
+    p.set_defaults(func=cmd_config)
+
     p = sub.add_parser("db", help="database schema")
     dbsub = p.add_subparsers(dest="db_command", metavar="SUBCOMMAND")
     dbsub.required = True

@@ -145,7 +145,7 @@ def cmd_flower(args: argparse.Namespace) -> int:
     ):
         # Flower turns the workers' task events on by default: three extra publishes per step
         # that queue lengths do not need. They follow AGENT_JOBS_TASK_EVENTS, as in the workers.
-        options.enable_events = os.environ.get("AGENT_JOBS_TASK_EVENTS") == "1"
+        options.enable_events = settings().task_events
     extract_settings()
     setup_logging()
     server = Flower(capp=app, options=options, **flower_settings)

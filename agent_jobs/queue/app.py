@@ -4,10 +4,10 @@ by AGENT_JOBS_CELERY_CONFIG, if any (e.g. an edited copy of the repository's cel
 from __future__ import annotations
 
 import importlib
-import os
 
 from celery import Celery
 
+from agent_jobs.config import settings
 from agent_jobs.queue.consumers import TenantQueues
 
 app = Celery(
@@ -15,7 +15,7 @@ app = Celery(
     include=["agent_jobs.queue.tasks", "agent_jobs.bench.floor_task", "agent_jobs.api.submit_task"],
 )
 app.config_from_object("agent_jobs.queue.celery_config")
-_override = os.environ.get("AGENT_JOBS_CELERY_CONFIG")
+_override = settings().celery_config
 if _override:
     # Settings are lower-case module attributes; imported classes and helpers are skipped.
     _module = importlib.import_module(_override)

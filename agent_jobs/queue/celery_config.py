@@ -7,8 +7,6 @@ reason; see the comments.
 
 from __future__ import annotations
 
-import os
-
 from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
 from agent_jobs.config import settings as _settings
@@ -64,7 +62,7 @@ task_routes = {
 # Task events cost three extra broker publishes per step. Queue lengths in Flower do not need
 # them; Flower's task pages do: AGENT_JOBS_TASK_EVENTS=1 (or `celery -A agent_jobs control
 # enable_events` at run time).
-worker_send_task_events = os.environ.get("AGENT_JOBS_TASK_EVENTS") == "1"
+worker_send_task_events = _s.task_events
 task_send_sent_event = False
 
 # Every sweeper at the sweep interval, except retention: pruning old rows can wait minutes.

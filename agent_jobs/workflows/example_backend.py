@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from agent_jobs.config import load_settings
+
 Fault = Literal[
     "drop_after_commit", "timeout", "slow", "hang_after_commit", "fail", "error", "throttle"
 ]
@@ -86,7 +88,7 @@ class Transfer:
 
 
 def default_path() -> str:
-    return os.environ.get(DEFAULT_PATH_ENV) or "agent_jobs_example_ledger.db"
+    return load_settings().example_backend  # read now: tests point it at their own file
 
 
 class ExampleBackend:
