@@ -9,6 +9,7 @@ from celery import Celery
 
 from agent_jobs.config import settings
 from agent_jobs.queue.consumers import TenantQueues
+from agent_jobs.queue.runtime import bind_app
 
 app = Celery(
     "agent_jobs",
@@ -23,3 +24,5 @@ if _override:
         {k: v for k, v in vars(_module).items() if k.islower() and not k.startswith("_")}
     )
 app.steps["consumer"].add(TenantQueues)
+# The runtime of this process is built over this app: wiring goes from here to queue/runtime.py.
+bind_app(app)

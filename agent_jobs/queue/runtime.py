@@ -18,6 +18,7 @@ from celery.signals import beat_init, worker_init
 from agent_jobs.config import Settings, settings
 from agent_jobs.core.errors import ConfigError
 from agent_jobs.gateway.slots import ModelSlots, model_slots_for
+from agent_jobs.ops.live import start_process_switches
 from agent_jobs.orchestrator.ports import BrokerProbe, FreshInProcessBroker, NeverLost, Observer
 from agent_jobs.orchestrator.registry import WorkflowRegistry
 from agent_jobs.orchestrator.runner import Orchestrator
@@ -52,19 +53,43 @@ _runtime: Runtime | None = None
 _embedded_directory = InMemoryTenantDirectory()
 
 
+_app: Any = None
+
+
+def bind_app(app: Any) -> None:
+    """Called by the composition root (`queue/app.py`) once it has built the Celery app: the app
+    that `get_runtime()` builds this process's runtime with."""
+    global _app
+    _app = app
+
+
+def bound_app() -> Any:
+    """The Celery app bound by `queue/app.py`. A process that has not loaded it yet (a CLI
+    command, the API) loads it here: `queue/app.py` is the composition root, and binds itself."""
+    if _app is None:
+        import agent_jobs.queue.app  # noqa: F401, PLC0415 - binds the app as it loads
+    if _app is None:
+        raise ConfigError("the Celery app is not bound (agent_jobs.queue.app did not load)")
+    return _app
+
+
 def build_runtime(
     cfg: Settings,
     *,
+    app: Any = None,
     workflows: WorkflowRegistry | None = None,
     observer: Observer | None = None,
 ) -> Runtime:
+    """Wire one runtime: store, workflows, directory, publisher (over `app`, the Celery app;
+    default: the one `queue/app.py` bound), gate, orchestrator and sweepers."""
     # Imported here: app.py installs the consumer bootstep, which needs this module; the
     # metrics module imports prometheus_client, which a worker must import only after it chose
     # multiprocess mode.
     from celery.signals import before_task_publish  # noqa: PLC0415
 
     from agent_jobs.obs.metrics import PrometheusObserver, stamp_enqueued_at  # noqa: PLC0415
-    from agent_jobs.queue.app import app  # noqa: PLC0415
+
+    app = app if app is not None else bound_app()
 
     # Metrics: the Prometheus observer unless the caller brings one, and an enqueue-time stamp
     # on every message this process publishes (queue age at scrape time; see obs/queues.py).
@@ -90,10 +115,10 @@ def build_runtime(
         probe = NeverLost()
     publisher = CeleryPublisher(app, directory, cfg.queue_prefix, shared=cfg.routing == "shared")
     gate, slots = gate_and_slots(cfg)
-    gated = None
-    if gate is not None or slots is not None:
-        gated = GatedDispatcher(publisher.send, store, gate, slots, observer)
-        publisher.gated = gated
+    # Operator switches (ops/): every process obeys them; the gate holds what a pause stops.
+    switches = start_process_switches(store, cfg.directory_redis_url, cfg.queue_prefix)
+    gated = GatedDispatcher(publisher.send, store, gate, slots, observer, switches=switches)
+    publisher.gated = gated
     orchestrator = Orchestrator(store, registry, publisher, cfg, observer=observer)
     sweepers = Sweepers(store, publisher, cfg, probe, observer=observer, gated=gated)
     return Runtime(
