@@ -23,7 +23,14 @@ from agent_jobs.policy.decisions import (
     deny,
     needs_approval,
 )
-from agent_jobs.policy.facts import LedgerFacts, OrderFact, PaymentFact, RefundFact
+from agent_jobs.policy.facts import (
+    LedgerFacts,
+    OrderFact,
+    PaymentFact,
+    RefundFact,
+    instant,
+    payment_order_key,
+)
 from agent_jobs.policy.refund import RefundPolicy, RefundPolicyV3, RefundPolicyV4
 
 __all__ = [
@@ -49,7 +56,9 @@ __all__ = [
     "check_approver",
     "deny",
     "get_bundle",
+    "instant",
     "known_versions",
     "needs_approval",
+    "payment_order_key",
     "validate_grant",
 ]

@@ -74,12 +74,41 @@ class OrderFact(_Fact):
     payment_ids: tuple[str, ...] = ()
 
 
-def _sort_key(indexed: tuple[int, PaymentFact]) -> tuple[int, float, int]:
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def instant(value: Any) -> datetime | None:
+    """A timestamp as an instant (aware, in UTC); None when absent or unreadable.
+
+    The contract's timestamps are ISO 8601 with any UTC offset, so `...T10:00:00+05:30` and
+    `...T04:30:00Z` are the same instant and must never be compared as strings. A timestamp
+    without an offset is read as UTC.
+    """
+    at: datetime
+    if isinstance(value, datetime):
+        at = value
+    elif isinstance(value, str):
+        try:
+            at = datetime.fromisoformat(value.strip())
+        except ValueError:
+            return None
+    else:
+        return None
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+
+
+def payment_order_key(created_at: Any, payment_id: Any) -> tuple[int, datetime, str]:
+    """Oldest first by instant, then by payment id (the contract's order); undated rows last.
+
+    The one ordering of payments: policy, the scripted model and the reply all use it, so "the
+    first capture" means the same payment everywhere."""
+    at = instant(created_at)
+    return (0 if at is not None else 1, at or _EPOCH, str(payment_id))
+
+
+def _sort_key(indexed: tuple[int, PaymentFact]) -> tuple[int, datetime, str, int]:
     idx, p = indexed
-    if p.created_at is None:
-        return (1, 0.0, idx)
-    at = p.created_at if p.created_at.tzinfo else p.created_at.replace(tzinfo=UTC)
-    return (0, at.timestamp(), idx)
+    return (*payment_order_key(p.created_at, p.payment_id), idx)
 
 
 class LedgerFacts(_Fact):

@@ -6,7 +6,8 @@ the order of the seed's `evaluate`, so the reason given is the most basic one th
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from agent_jobs.policy.decisions import (
     Allow,
@@ -31,6 +32,9 @@ NO_DUPLICATE_CAPTURE = "no_duplicate_capture"
 CURRENCY_MISMATCH = "currency_mismatch"
 ALREADY_REFUNDED = "already_refunded"
 EXCEEDS_REFUNDABLE = "exceeds_refundable"
+# Needs-approval reason: the bundle has no threshold in the refund's currency, so it cannot say the
+# amount is small. Comparing USD 500 (50,000 cents) with an INR threshold would auto-allow it.
+CURRENCY_NOT_COVERED = "currency_not_covered"
 
 
 def _int_arg(args: dict[str, Any], name: str) -> int | None:
@@ -50,9 +54,10 @@ class RefundPolicy:
     """Shared rules of POL-REF-004; subclasses fix the version and the approval threshold."""
 
     version: str = ""
-    approval_threshold_minor: int = 0
+    # Approval thresholds in minor units, per currency. Money is compared only in its own
+    # currency: a refund in a currency not listed always goes to a person.
+    approval_thresholds_minor: ClassVar[Mapping[str, int]] = {}
     approval_ttl_s: int = 1800
-    threshold_label: str = ""
 
     def evaluate(self, call: ProposedCall, facts: LedgerFacts) -> Allow | Deny | NeedsApproval:
         """Deny, require approval, or allow one proposed `refunds.create` call."""
@@ -81,10 +86,20 @@ class RefundPolicy:
         if amount > facts.refundable_minor(payment_id):
             return deny(EXCEEDS_REFUNDABLE)
 
-        if amount >= self.approval_threshold_minor:
-            return needs_approval(
-                f"{self.version}: >= {self.threshold_label}", ttl_s=self.approval_ttl_s
-            )
+        threshold = self.approval_thresholds_minor.get(currency)
+        if threshold is None:
+            return needs_approval(CURRENCY_NOT_COVERED, ttl_s=self.approval_ttl_s)
+        from agent_jobs.ops import autonomy_threshold_minor  # noqa: PLC0415 - no redis here
+
+        # The operator's autonomy threshold (seed: `auto_execute_under_minor`), 0 in an incident:
+        # only a lower bar than the bundle's, never a higher one.
+        autonomy = autonomy_threshold_minor()
+        if autonomy is not None and amount >= autonomy:
+            reason = f"operator autonomy threshold: >= {autonomy} minor units"
+            return needs_approval(reason, ttl_s=self.approval_ttl_s)
+        if amount >= threshold:
+            label = f"{currency} {threshold // 100:,}"
+            return needs_approval(f"{self.version}: >= {label}", ttl_s=self.approval_ttl_s)
         return allow()
 
 
@@ -92,15 +107,13 @@ class RefundPolicyV4(RefundPolicy):
     """POL-REF-004@4: approval at or above INR 1,000 (100,000 paise), grants live 30 minutes."""
 
     version = "POL-REF-004@4"
-    approval_threshold_minor = 100_000
+    approval_thresholds_minor: ClassVar[Mapping[str, int]] = {"INR": 100_000}
     approval_ttl_s = 1800
-    threshold_label = "INR 1,000"
 
 
 class RefundPolicyV3(RefundPolicy):
     """POL-REF-004@3, superseded: approval at or above INR 1,500. Kept to replay old decisions."""
 
     version = "POL-REF-004@3"
-    approval_threshold_minor = 150_000
+    approval_thresholds_minor: ClassVar[Mapping[str, int]] = {"INR": 150_000}
     approval_ttl_s = 1800
-    threshold_label = "INR 1,500"

@@ -9,7 +9,7 @@ from agent_jobs.verify.claims import (
     parse_claims,
 )
 from agent_jobs.verify.facts import VerifiedFacts, VerifiedRefund
-from agent_jobs.verify.redact import PII, Customer, redact
+from agent_jobs.verify.redact import PII, Customer, ledger_words, redact
 from agent_jobs.verify.render import UnverifiedClaims, format_money, render_reply
 from agent_jobs.verify.verifier import Verdict, check_text, verify_claims, verify_draft
 
@@ -27,6 +27,7 @@ __all__ = [
     "VerifiedRefund",
     "check_text",
     "format_money",
+    "ledger_words",
     "parse_claims",
     "redact",
     "render_reply",

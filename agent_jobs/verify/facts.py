@@ -52,6 +52,10 @@ class VerifiedFacts(BaseModel):
     refunds: dict[str, VerifiedRefund] = {}
     own_refund_ids: frozenset[str] = frozenset()
     policy_docs: frozenset[tuple[str, int]] = frozenset()
+    # Every id the systems of record stated (order, payments, refunds, the customer's reference):
+    # a reply may quote them whatever their shape (`402-1234567-1234567` is an order, not a bank
+    # account).
+    ids: frozenset[str] = frozenset()
 
     @classmethod
     def from_observations(
@@ -62,6 +66,11 @@ class VerifiedFacts(BaseModel):
         ledger = LedgerFacts.from_observations(obs)
         own: set[str] = set()
         docs: set[tuple[str, int]] = set()
+        ids: set[str] = {p.payment_id for p in ledger.payments}
+        ids.update(r.refund_id for r in ledger.refunds)
+        if ledger.order is not None:
+            ids.add(ledger.order.order_id)
+            ids.update(ledger.order.payment_ids)
         for tool, result in obs:
             if tool in _OWN_REFUND_TOOLS:
                 rows = result.get("refunds", [result])
@@ -86,6 +95,7 @@ class VerifiedFacts(BaseModel):
             },
             own_refund_ids=frozenset(own),
             policy_docs=frozenset(docs),
+            ids=frozenset(i for i in ids | own if i),
         )
 
     def refund_claim_status(self, refund_id: str) -> str | None:

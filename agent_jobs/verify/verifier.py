@@ -30,10 +30,11 @@ _AMOUNT = re.compile(r"(?:₹|\bINR|\bRs\.?)\s?(\d[\d,]*(?:\.\d{1,2})?)")
 # Account-like: long digit runs (bank accounts, cards, even with spaces or dashes), IBANs,
 # e-mail or UPI handles, and explicit account words followed by an identifier.
 _ACCOUNTS = (
-    re.compile(r"(?<![\w.])\d(?:[ -]?\d){8,}(?![\w.])"),
+    # (A full stop may end the sentence after one; a digit after it makes it a decimal.)
+    re.compile(r"(?<![\w.])\d(?:[ -]?\d){8,}(?!\w)(?!\.\d)"),
     re.compile(r"\b[A-Z]{2}\d{2}[A-Z0-9]{10,30}\b"),
     # After the @ a letter, so `POL-REF-004@4` (a policy version) is not mistaken for a handle.
-    re.compile(r"[\w.+-]+@[A-Za-z][\w-]*(?:\.[\w-]+)*"),
+    re.compile(r"(?<![\w.+-])[\w.+-]+@[A-Za-z][\w-]*(?:\.[\w-]+)*"),
     re.compile(r"\bacct_[A-Za-z0-9]+"),
     # "account no. 1234..." but not "your account yet": the identifier must contain a digit.
     re.compile(
@@ -42,6 +43,18 @@ _ACCOUNTS = (
         re.IGNORECASE,
     ),
 )
+
+
+def _without_known_ids(text: str, ids: frozenset[str]) -> str:
+    """`text` with every verified id blanked out where it stands as a token of its own.
+
+    Only whole tokens go: an id inside a longer run of digits (or next to one, across a space or
+    a dash) is left alone, so a real account number that merely contains an order id still
+    trips the account check."""
+    for known in sorted(ids, key=len, reverse=True):
+        pattern = rf"(?<![\w.])(?<!\d[ -]){re.escape(known)}(?![\w])(?!\.\w)(?![ -]\d)"
+        text = re.sub(pattern, " ", text)
+    return text
 
 
 def _check_claim(claim: Claim, facts: VerifiedFacts, claims: Sequence[Claim]) -> list[str]:
@@ -104,8 +117,10 @@ def check_text(text: str, claims: Sequence[Claim], facts: VerifiedFacts) -> list
         if _minor(raw) not in allowed:
             failures.append(f"unverified_amount:{raw}")
     # The refund tool cannot send money anywhere but the original payment method, so no account
-    # is ever a verified fact: any account-like token is an injection or a hallucination.
-    if any(p.search(text) for p in _ACCOUNTS):
+    # is ever a verified fact: any account-like token is an injection or a hallucination. Ids the
+    # ledger stated are facts of any shape, so they are taken out of the text first.
+    scan = _without_known_ids(text, facts.ids)
+    if any(p.search(scan) for p in _ACCOUNTS):
         failures.append("unverified_account")
     return failures
 

@@ -35,7 +35,7 @@ from agent_jobs.orchestrator.ports import Observer
 from agent_jobs.tools import ToolDescriptor
 from agent_jobs.verify import redact
 from agent_jobs.workflows.refund import state as st
-from agent_jobs.workflows.refund.prompts import PROMPT_VERSION, build_messages
+from agent_jobs.workflows.refund.prompts import PROMPT_VERSION, bounded, build_messages
 from agent_jobs.workflows.refund.wiring import ROUTE_KEY, RefundServices
 
 CHAT_EVENT = "chat"
@@ -153,7 +153,7 @@ def ask(
         usage=st.usage(state),
         # Redacted like the messages: only the scripted model reads facts, but nothing personal
         # should depend on which provider a route happens to name.
-        facts=redact({**facts, "customer": who.placeholder}, who),
+        facts={**redact(bounded(facts), who), "customer": who.placeholder},
     )
     try:
         result = services.gateway.propose(route, request)

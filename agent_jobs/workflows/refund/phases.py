@@ -17,9 +17,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from agent_jobs.config import settings
 from agent_jobs.core.contracts import Action
 from agent_jobs.core.errors import InvalidInput
 from agent_jobs.core.hashing import derive_idempotency_key
+from agent_jobs.core.text import for_log
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.policy import CURRENT
 from agent_jobs.tools import Ok, Rejected, ToolCall, ToolDescriptor
@@ -33,6 +35,10 @@ POLICY_DOC, _, _VERSION = CURRENT.partition("@")
 POLICY_DOC_VERSION = int(_VERSION)
 MAX_ASKS = 2  # model asks per evidence phase before a person takes over
 MAX_REAPPROVALS = 3  # grants that expired unused before the task escalates
+# The confirmation read may lag the write: re-read at most this many times, after these pauses
+# (seconds, the last one repeated), within `RefundServices.confirm_lag_s` of the first miss.
+MAX_CONFIRM_REREADS = 4
+CONFIRM_BACKOFF_S = (0.5, 1.0, 2.0, 4.0)
 
 # The tools each decision point may show the model (and run, for reads).
 STEP_TOOLS = {
@@ -194,7 +200,8 @@ def ask_reads(c: Ctx, phase: str) -> wf.Decision:
         state["planned"] = {"calls": proposal["calls"]}
         return wf.Observe(state, note=f"{step}: {len(proposal['calls'])} read(s) proposed")
     if phase == "investigate" and proposal.get("kind") == "no_action":
-        return wf.Escalate(f"the order could not be identified ({proposal.get('reason')})", state)
+        why = for_log(proposal.get("reason"), 80)
+        return wf.Escalate(f"the order could not be identified ({why})", state)
     return wf.Observe(state, note=f"{step}: no reads proposed")
 
 
@@ -217,7 +224,8 @@ def run_planned(c: Ctx) -> wf.Decision:
     if state["phase"] == "investigate":
         not_found = [e for e in st.tool_entries(state) if e.get("code") == "order_not_found"]
         if not_found and st.raw_order(state) is None:
-            return wf.Escalate(f"order {not_found[-1]['args'].get('order_id')} not found", state)
+            missing = for_log(not_found[-1]["args"].get("order_id"), 80)
+            return wf.Escalate(f"order {missing} not found", state)
     _advance(state)
     return wf.Observe(state, note=f"{len(results)} read(s) recorded")
 
@@ -333,7 +341,8 @@ def after_gate(c: Ctx) -> wf.Decision:
         st.record_tool(
             state, "refunds.create", action.get("args") or {}, code=str(last.get("code"))
         )
-        return wf.Escalate(f"the payments system refused the refund ({last.get('code')})", state)
+        code = for_log(last.get("code"), 80)
+        return wf.Escalate(f"the payments system refused the refund ({code})", state)
     return wf.Escalate(f"unexpected return from the gate ({kind})", state)
 
 
@@ -363,11 +372,35 @@ def confirm(c: Ctx) -> wf.Decision:
         if r.get("refund_id") == (state.get("refund") or {}).get("refund_id")
     ]
     if not rows:
-        return wf.Escalate("the ledger does not show the refund this task made", state)
+        return _lagging(c)
+    state.pop("confirm_lag", None)
     st.record_tool(state, "refunds.get_by_key", args, result=result)
     state["refund"] = rows[0]
     state["phase"] = "draft"
     return wf.Observe(state, note="refund confirmed in the ledger")
+
+
+def _lagging(c: Ctx) -> wf.Decision:
+    """The ledger does not show the refund yet. A read replica or a queue behind the write can
+    lag it by a second or two, so read again after a pause (parked in RETRY_WAIT, holding no
+    worker), bounded by a count and by `confirm_lag_s` since the first miss; then a person looks.
+    Never so often that the retry budget would dead-letter a task whose refund was made."""
+    state = c.state
+    now = c.services.clock()
+    lag = dict(state.get("confirm_lag") or {})
+    misses = int(lag.get("misses", 0)) + 1
+    since = float(lag.get("since", now))
+    waited = max(0.0, now - since)
+    pause = CONFIRM_BACKOFF_S[min(misses, len(CONFIRM_BACKOFF_S)) - 1]
+    budget_left = settings().max_attempts - (c.inp.attempts + 1)
+    if misses > MAX_CONFIRM_REREADS or waited + pause > c.services.confirm_lag_s or budget_left < 1:
+        return wf.Escalate(
+            f"the ledger does not show the refund this task made ({misses} read(s) over "
+            f"{waited:.1f} s)",
+            state,
+        )
+    state["confirm_lag"] = {"misses": misses, "since": since}
+    return wf.Retry(f"the ledger does not show the refund yet (read {misses})", state, pause)
 
 
 def ask_draft(c: Ctx) -> wf.Decision:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agent_jobs.core.text import clean_json, cut
 from agent_jobs.gateway import Message
 from agent_jobs.verify import Customer, redact
 
@@ -60,17 +61,37 @@ STEPS = {
 }
 
 
+# Free text shown to the model is cut at this many characters per string (the longest message a
+# customer may submit, so a message is never cut): a megabyte order note
+# is data, and the model needs its gist, not all of it. Ids and amounts are far shorter.
+MAX_TEXT_CHARS = 4000
+
+
+def bounded(value: Any) -> Any:
+    """`value` with NUL and lone surrogates replaced and every long string cut (see above)."""
+    value = clean_json(value)
+    if isinstance(value, str):
+        return cut(value, MAX_TEXT_CHARS)
+    if isinstance(value, dict):
+        return {k: bounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [bounded(v) for v in value]
+    return value
+
+
 def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(bounded(value), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def _entry_message(entry: dict[str, Any], who: Customer) -> Message | None:
     kind = entry.get("kind")
     if kind == "model":
-        return Message(role="assistant", content=_json(redact(entry["proposal"], who)))
+        return Message(role="assistant", content=_json(redact(bounded(entry["proposal"]), who)))
     if kind == "tool":
         body = entry["result"] if entry.get("ok") else {"error": entry.get("code")}
-        content = _json({"id": entry["id"], "trust": entry["trust"], "data": redact(body, who)})
+        content = _json(
+            {"id": entry["id"], "trust": entry["trust"], "data": redact(bounded(body), who)}
+        )
         return Message(role="tool", name=entry["tool"], content=content)
     if kind == "gate":
         return Message(
@@ -101,7 +122,7 @@ def build_messages(
             role="user",
             content=(
                 f"Customer {who.placeholder} wrote (via {request['channel']}): "
-                + redact(str(request["message"]), who)
+                + redact(bounded(str(request["message"])), who)
             ),
         ),
     ]

@@ -23,12 +23,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agent_jobs.gateway import ModelRequest
+from agent_jobs.policy import payment_order_key
 from agent_jobs.verify import format_money
 
 POLICY_DOC = "POL-REF-004"
 POLICY_QUERY = "duplicate capture refund approval processing destination"
+# "Order 8472", "order #402-1234567-1234567", "order id: OD1234567890". The reference must hold a
+# digit, so "my order was charged twice" yields nothing rather than the order "was".
 _ORDER_REF = re.compile(
-    r"\border\s*(?:#|no\.?|number|id)?\s*:?\s*([A-Za-z0-9][A-Za-z0-9_-]{0,63})", re.IGNORECASE
+    r"\border\b\s*(?:#|no\.?|number|id)?\s*[:#]?\s*"
+    r"(?=[A-Za-z_-]*\d)([A-Za-z0-9](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?)",
+    re.IGNORECASE,
 )
 _DEAD = frozenset({"failed"})
 
@@ -57,8 +62,15 @@ def no_action(reason: str) -> Json:
     return {"kind": "no_action", "reason": reason}
 
 
-def _sort_key(p: Json) -> tuple[str, str]:
-    return (str(p.get("created_at") or ""), str(p.get("payment_id")))
+def _sort_key(p: Json) -> tuple[int, Any, str]:
+    # Instants, not strings: "...T10:00:00+05:30" and "...T04:30:00Z" are the same moment.
+    return payment_order_key(p.get("created_at"), p.get("payment_id"))
+
+
+def order_ref(message: str) -> str | None:
+    """The order id a customer's message names, if any (see `_ORDER_REF`)."""
+    found = _ORDER_REF.search(message)
+    return found.group(1) if found else None
 
 
 def refunded(payment: Json, refunds: list[Json]) -> int:
@@ -110,8 +122,7 @@ class RefundRules:
     def investigate(self, f: Json) -> Json:
         order_id = f.get("order_id")
         if not order_id:
-            found = _ORDER_REF.search(str(f.get("message") or ""))
-            order_id = found.group(1) if found else None
+            order_id = order_ref(str(f.get("message") or ""))
         if not order_id:
             return no_action("order_not_identified")
         return tool_calls(

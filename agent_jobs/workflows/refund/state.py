@@ -13,11 +13,13 @@ it, never from anything a model wrote.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any, Literal
 
+from agent_jobs.core.text import clean_json, clean_text, cut
 from agent_jobs.gateway import CallRecord, TaskUsage
 from agent_jobs.policy import LedgerFacts
-from agent_jobs.verify import Customer, VerifiedFacts
+from agent_jobs.verify import Customer, VerifiedFacts, ledger_words
 
 Phase = Literal["investigate", "policy", "decide", "confirm", "draft", "verify"]
 
@@ -48,7 +50,7 @@ def request_id(idempotency_key: str) -> str:
 def initial_state(message: str, channel: str, order_id: str | None, request: str) -> dict[str, Any]:
     return {
         "request": {
-            "message": message,
+            "message": clean_text(message),
             "channel": channel,
             "order_id": order_id,
             "request_id": request,
@@ -93,17 +95,20 @@ def record_tool(
 ) -> None:
     """Append a tool observation: its result when the call succeeded, else its error code."""
     seq = len(tool_entries(state)) + 1
+    # Content is data: a business system may send NUL or lone surrogates, which no store or wire
+    # can carry. They become U+FFFD once, here, so every later read (policy, the model, the
+    # verifier, a resumed worker) sees the same value.
     append(
         state,
         {
             "kind": "tool",
             "id": f"obs_{seq}",
             "tool": tool,
-            "args": args,
+            "args": clean_json(args),
             "ok": code is None,
-            "result": result if code is None else None,
-            "code": code,
-            "message": message[:200],
+            "result": clean_json(result) if code is None else None,
+            "code": None if code is None else clean_text(code)[:64],
+            "message": cut(clean_text(message), 200),
             "trust": TRUST.get(tool, "untrusted_text"),
         },
     )
@@ -140,8 +145,12 @@ def raw_order(state: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def customer(state: dict[str, Any]) -> Customer:
+    """The customer of the order, with the task's ledger words (never masked as a name part)."""
     order = raw_order(state)
-    return Customer.from_order(order) if order is not None else Customer(ref="customer")
+    if order is None:
+        return Customer(ref="customer")
+    ledger = [r for t, r in observations(state) if TRUST.get(t) == "system_of_record"]
+    return replace(Customer.from_order(order), keep=ledger_words(ledger))
 
 
 def usage(state: dict[str, Any]) -> TaskUsage:

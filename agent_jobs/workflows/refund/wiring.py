@@ -14,13 +14,16 @@ Configuration (environment):
   "api_key_env": null, "response_format": "json_object"}}, "routes": [...]}`.
   Unset: the built-in route `support-tier2@2026-03`, served by the scripted model.
 - `AGENT_JOBS_TOOL_SECRET`: the HMAC secret of tool credentials (see `tools.credentials`).
+- `AGENT_JOBS_CONFIRM_LAG_S`: how long (seconds, default 10) the confirmation read after a refund
+  may lag the write, i.e. not show the refund yet, before the task escalates. 0 escalates at once.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +58,8 @@ from agent_jobs.workflows.refund.rules import RefundRules
 
 SYSTEMS_URL = "AGENT_JOBS_SYSTEMS_URL"
 MODEL_ROUTES = "AGENT_JOBS_MODEL_ROUTES"
+CONFIRM_LAG = "AGENT_JOBS_CONFIRM_LAG_S"
+DEFAULT_CONFIRM_LAG_S = 10.0
 ROUTE_KEY = DEFAULT_ROUTE.key  # support-tier2@2026-03: what new tasks are pinned to
 
 
@@ -67,6 +72,24 @@ class RefundServices:
     credentials: CredentialProvider
     # Metrics: model calls, tokens and cost by route; tool calls by tool and outcome.
     observer: Observer = field(default_factory=NullObserver)
+    # A ledger read may lag its write: how long the confirmation read may miss the refund.
+    confirm_lag_s: float = DEFAULT_CONFIRM_LAG_S
+    # Wall-clock seconds, to measure that window across steps and workers (tests inject one).
+    clock: Callable[[], float] = field(default=time.time)
+
+
+def confirm_lag_s(environ: Mapping[str, str]) -> float:
+    """`AGENT_JOBS_CONFIRM_LAG_S` as a number of seconds (not negative, at most an hour)."""
+    raw = environ.get(CONFIRM_LAG)
+    if raw is None or not raw.strip():
+        return DEFAULT_CONFIRM_LAG_S
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{CONFIRM_LAG}={raw!r} is not a number") from exc
+    if not 0 <= value <= 3600:
+        raise ConfigError(f"{CONFIRM_LAG}={raw!r} must be from 0 to 3600 seconds")
+    return value
 
 
 def systems_config(base_url: str, environ: Mapping[str, str] | None = None) -> SystemsConfig:
@@ -79,8 +102,18 @@ def systems_config(base_url: str, environ: Mapping[str, str] | None = None) -> S
 
 def _provider(name: str, spec: Mapping[str, Any]) -> Provider:
     kind = spec.get("type", "openai_compat")
+    if kind == "factory":
+        # `"factory": "module:function"` returning a Provider: how evals add adversarial models.
+        import importlib  # noqa: PLC0415
+
+        module, _, attr = str(spec.get("factory") or "").partition(":")
+        try:
+            made: Provider = getattr(importlib.import_module(module), attr)()
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ConfigError(f"provider {name}: factory {spec.get('factory')!r}: {exc}") from exc
+        return made
     if kind != "openai_compat":
-        raise ConfigError(f"provider {name}: unknown type {kind!r} (known: openai_compat)")
+        raise ConfigError(f"provider {name}: unknown type {kind!r} (known: openai_compat, factory)")
     base_url = spec.get("base_url")
     if not isinstance(base_url, str):
         raise ConfigError(f"provider {name}: base_url is required")
@@ -133,11 +166,17 @@ def services_from_env(
         tools=refund_registry(config),
         credentials=HmacCredentialProvider.from_env(env),
         observer=PrometheusObserver(),
+        confirm_lag_s=confirm_lag_s(env),
     )
 
 
 def scripted_services(
-    base_url: str, rules: RefundRules | None = None, *, provider: ScriptedProvider | None = None
+    base_url: str,
+    rules: RefundRules | None = None,
+    *,
+    provider: ScriptedProvider | None = None,
+    confirm_lag_s: float = DEFAULT_CONFIRM_LAG_S,
+    clock: Callable[[], float] = time.time,
 ) -> RefundServices:
     """Services for tests and evals: every system at `base_url`, the scripted model, no env."""
     scripted = provider or ScriptedProvider(rules or RefundRules())
@@ -145,4 +184,6 @@ def scripted_services(
         gateway=ModelGateway([DEFAULT_ROUTE], {"scripted": scripted}),
         tools=refund_registry(systems_config(base_url, environ={})),
         credentials=HmacCredentialProvider("agent-jobs-test-secret"),
+        confirm_lag_s=confirm_lag_s,
+        clock=clock,
     )

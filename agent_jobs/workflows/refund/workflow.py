@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from agent_jobs.core.contracts import Action
 from agent_jobs.core.errors import InvalidInput
+from agent_jobs.core.text import clean_text, for_log
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.policy import CURRENT, NeedsApproval, ProposedCall, get_bundle
 from agent_jobs.tools import Ok, Rejected, ToolCall
@@ -60,6 +62,47 @@ TOOL_VERSIONS = {
 }
 MAX_MESSAGE_CHARS = 4000
 _ORDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+INPUT_FIELDS = ("message", "channel", "order_id")
+CHANNELS = ("chat", "email")
+
+
+@dataclass(frozen=True)
+class RefundInput:
+    """A valid submission: the customer's message, its channel, and an optional order id."""
+
+    message: str
+    channel: str
+    order_id: str | None
+
+
+def validate_input(data: Mapping[str, Any]) -> RefundInput:
+    """The one check of a submission, at submit (`check_input`) and at start (`start`).
+
+    Raises `InvalidInput` naming the field (`input.<name>`). Unknown fields are refused: a typo
+    such as `order` for `order_id` must not silently drop the order the caller meant."""
+    unknown = sorted(str(k) for k in data if k not in INPUT_FIELDS)
+    if unknown:
+        name = for_log(unknown[0], 64)
+        raise InvalidInput(
+            f"unknown field {name!r} (known: {', '.join(INPUT_FIELDS)})", field=f"input.{name}"
+        )
+    message = data.get("message")
+    channel = data.get("channel", "chat")
+    order_id = data.get("order_id")
+    if not isinstance(message, str) or not message.strip():
+        raise InvalidInput("message must be a non-empty string", field="input.message")
+    if len(message) > MAX_MESSAGE_CHARS:
+        raise InvalidInput(
+            f"message must be at most {MAX_MESSAGE_CHARS} characters", field="input.message"
+        )
+    if channel not in CHANNELS:
+        raise InvalidInput("channel must be 'chat' or 'email'", field="input.channel")
+    if order_id is not None and (not isinstance(order_id, str) or not _ORDER_ID.match(order_id)):
+        raise InvalidInput(
+            "order_id must be 1-64 letters, digits, '_' or '-'", field="input.order_id"
+        )
+    # Content is data: NUL and lone surrogates cannot be stored; they become U+FFFD here, once.
+    return RefundInput(clean_text(message), str(channel), order_id)
 
 
 class RefundWorkflow:
@@ -96,22 +139,16 @@ class RefundWorkflow:
             "tools": dict(TOOL_VERSIONS),
         }
 
+    def check_input(self, input: dict[str, Any]) -> None:
+        """Refuse an invalid submission before a task exists (`InputCheck`)."""
+        validate_input(input)
+
     def start(self, inp: wf.StepInput) -> dict[str, Any]:
-        data = inp.input
-        message = data.get("message")
-        channel = data.get("channel", "chat")
-        order_id = data.get("order_id")
-        if not isinstance(message, str) or not message.strip():
-            raise InvalidInput("message must be a non-empty string")
-        if len(message) > MAX_MESSAGE_CHARS:
-            raise InvalidInput(f"message must be at most {MAX_MESSAGE_CHARS} characters")
-        if channel not in ("chat", "email"):
-            raise InvalidInput("channel must be 'chat' or 'email'")
-        if order_id is not None and (
-            not isinstance(order_id, str) or not _ORDER_ID.match(order_id)
-        ):
-            raise InvalidInput("order_id must be 1-64 letters, digits, '_' or '-'")
-        return st.initial_state(message, channel, order_id, st.request_id(inp.idempotency_key))
+        # Validated again: a task created by an older release may reach this worker.
+        data = validate_input(inp.input)
+        return st.initial_state(
+            data.message, data.channel, data.order_id, st.request_id(inp.idempotency_key)
+        )
 
     def decide(self, inp: wf.StepInput) -> wf.Decision:
         return phases.decide(self.services, inp)
@@ -153,10 +190,15 @@ class RefundWorkflow:
             )
         if isinstance(outcome, Rejected) and not outcome.transient:
             return wf.Rejected(outcome.code, outcome.message)
-        # A transient refusal (429, 408) applied nothing, but "unknown" sends the task to look it
-        # up and retry with the same key and grant, where a rejection would re-plan and make a
+        if outcome.kind == "throttled":
+            # Refused under load before anything was applied (429, or 503 + Retry-After): the
+            # orchestrator parks the task and sends the same key and grant after the delay.
+            reason = f"{outcome.code}: {outcome.message}" if outcome.message else outcome.code
+            return wf.Throttled(outcome.retry_after_s, reason[:200])
+        # A transient refusal (408) applied nothing, but "unknown" sends the task to look it up
+        # and retry with the same key and grant, where a rejection would re-plan and make a
         # person approve the same refund twice.
-        reason = outcome.reason if not isinstance(outcome, Rejected) else outcome.code
+        reason = outcome.reason if outcome.kind == "unknown" else outcome.code
         return wf.Unknown(f"{reason}: {outcome.message}"[:200])
 
     def reconcile(self, inp: wf.StepInput, action: Action) -> wf.ReconcileResult:
