@@ -87,6 +87,9 @@ class TaskView(Frozen):
     approval_id: str | None = None
     # The class and message of the last step that raised, while failures are consecutive.
     last_error: str | None = None
+    # Held at the dispatch gate, without a worker: `paused` (an operator), `gate` (a cap or
+    # fair share), `model` (the model-call cap).
+    held_for: str | None = None
 
 
 class EventView(Frozen):

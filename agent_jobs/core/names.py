@@ -85,3 +85,8 @@ ENQUEUED_AT_HEADER = "aj-enqueued-at"
 def rejected_submission_id(message_id: str) -> str:
     """One record per rejected Celery message, however often the broker redelivers it."""
     return f"rej_{message_id}"[:80]
+
+
+def ops_switches_channel(prefix: str) -> str:
+    """Redis pub/sub channel: a message on it means "the operator switches changed, re-read"."""
+    return f"{prefix}:ops:switches"

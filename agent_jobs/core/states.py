@@ -114,10 +114,21 @@ def can_cancel_now(status: Status) -> bool:
     return S.CANCELLED in TRANSITIONS[status]
 
 
-def display_status(status: Status, cancel_requested: bool) -> str:
-    """The status a person reads: distinguishes "cancel requested" and "awaiting approval"."""
+def display_status(
+    status: Status,
+    cancel_requested: bool,
+    *,
+    held_for: str | None = None,
+    stopped_by_operator: bool = False,
+) -> str:
+    """The status a person reads: distinguishes "cancel requested", "awaiting approval", a task
+    an operator paused or whose effects an operator stopped, and one held at the dispatch gate."""
     if cancel_requested and status not in TERMINAL:
         return "cancel_requested"
+    if status not in TERMINAL and held_for:
+        return "paused" if held_for == "paused" else f"held_{held_for}"
+    if status is S.RETRY_WAIT and stopped_by_operator:
+        return "stopped_by_operator"
     if status is S.APPROVAL_WAIT:
         return "awaiting_approval"
     if status is S.EXEC_UNKNOWN:

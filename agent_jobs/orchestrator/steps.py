@@ -516,9 +516,25 @@ class Steps:
         else:
             delay = outcome.retry_after_s
         delay = max(MIN_THROTTLE_DELAY_S, float(delay))
-        waited = float(info.get("waited_s", 0.0)) + delay
         reason = cut(outcome.reason, 200)
         summary = action_summary(action)
+        if outcome.by_operator:
+            # An incident lever, not the provider: a switch never makes a task fail or escalate.
+            rt["throttle"] = {**info, "count": count, "reason": reason, "by_operator": True}
+            return Patch(
+                to=S.RETRY_WAIT,
+                event="effect_throttled",
+                data={
+                    **summary,
+                    "reason": reason,
+                    "retry_in_s": round(delay, 3),
+                    "count": count,
+                    "by_operator": True,
+                },
+                state=with_runtime(None, s.task.state, rt),
+                wake_in_s=delay,
+            )
+        waited = float(info.get("waited_s", 0.0)) + delay
         if waited > self.settings.throttle_max_wait_s:
             rt.pop("throttle", None)
             rt["pending_action"] = None

@@ -159,6 +159,9 @@ class Throttled:
 
     retry_after_s: float | None
     reason: str = "throttled"
+    # Held back by an operator's switch (effects stopped ...), not the provider: the task waits
+    # as long as the switch is on, and the wait does not count toward `throttle_max_wait_s`.
+    by_operator: bool = False
 
 
 EffectOutcome = Ok | Rejected | Unknown | Throttled

@@ -6,6 +6,11 @@ holder that died comes back by itself. Without a slot the task is *held* in the 
 message, no worker occupied, nothing spinning) and released by the pump, oldest first, when a
 step of a blocking tenant ends or the sweeper runs.
 
+Operator pauses (`ops`: a tenant, a workflow, or everything) hold the same way, for the reason
+`paused`: a task whose next step is due while a pause applies gets no message and occupies no
+worker; steps already running finish. Turning the pause off releases the held tasks, oldest hold
+first: at once in every process that hears of the change, and at the latest at the next sweep.
+
 Fair share is start-time fair queueing, a form of deficit round robin by cost: each tenant's
 virtual time is the step time it consumed divided by its weight; a tenant may dispatch while its
 virtual time is within one quantum of the lowest among tenants with work (backlogged). A tenant
@@ -32,6 +37,7 @@ from agent_jobs.core.names import (
     tenant_inflight_key,
 )
 from agent_jobs.gateway.slots import ModelSlots
+from agent_jobs.ops.switches import Switch, Switches, SwitchSet
 from agent_jobs.orchestrator.ports import Observer
 from agent_jobs.store import Dispatch, Store
 
@@ -238,6 +244,38 @@ class RedisGate:
 
 
 GATE_HOLD = "gate"  # held_for: a tenant at its cap, or ahead of its fair share
+PAUSE_HOLD = "paused"  # held_for: an operator paused its tenant, its workflow, or everything
+
+
+def paused_by(store: Store, switches: SwitchSet, dispatch: Dispatch) -> Switch | None:
+    """The pause that applies to this task's next step, if any. Reads the task's workflow only
+    when some pause names a workflow and could apply to its tenant."""
+    if not switches.pauses_tenant(dispatch.tenant_id):
+        return None
+    found = switches.paused(dispatch.tenant_id)
+    if found is not None or not switches.pauses_workflows():
+        return found
+    workflow = store.workflow_of(dispatch.task_id)
+    return None if workflow is None else switches.paused(dispatch.tenant_id, workflow)
+
+
+def release_paused(
+    store: Store, switches: SwitchSet, publish: Callable[[Dispatch], None], batch: int = 100
+) -> int:
+    """Release tasks held by pauses that no longer apply, oldest hold first, through `publish`
+    (the gate: a tenant at its cap is held again, for that reason). Safe in many processes at
+    once: each held task is taken by one of them."""
+    released = 0
+    while True:
+        free = [g for g in store.held_groups(PAUSE_HOLD) if switches.paused(*g) is None]
+        if not free:
+            return released
+        taken = store.take_held_groups(PAUSE_HOLD, free, batch)
+        if not taken:
+            return released
+        for dispatch in taken:
+            publish(dispatch)
+        released += len(taken)
 
 
 class GatedDispatcher:
@@ -255,14 +293,27 @@ class GatedDispatcher:
         gate: RedisGate | None,
         model_slots: ModelSlots | None,
         observer: Observer,
+        *,
+        switches: Switches | None = None,
     ) -> None:
         self.send = send
         self.store = store
         self.gate = gate
         self.model_slots = model_slots
         self.observer = observer
+        self.switches = switches
+        on_change = getattr(switches, "on_change", None)
+        if on_change is not None:
+            # A pause turned off: let its tasks go now, not at the next sweep.
+            on_change(lambda _old, new: self.release_paused(new))
 
     def publish(self, dispatch: Dispatch) -> None:
+        if self.switches is not None:
+            pause = paused_by(self.store, self.switches.current(), dispatch)
+            if pause is not None:
+                if self.store.hold(dispatch.task_id, PAUSE_HOLD):
+                    self.observer.held(PAUSE_HOLD)
+                return
         if self.gate is None or self.gate.admit(dispatch.tenant_id, dispatch.task_id):
             self.send(dispatch)
             return
@@ -306,10 +357,19 @@ class GatedDispatcher:
             self.publish(dispatch)
         return len(released)
 
+    def release_paused(self, switches: SwitchSet | None = None) -> int:
+        """Held tasks whose pause was turned off go out again (through the gate)."""
+        if switches is None:
+            if self.switches is None:
+                return 0
+            switches = self.switches.current()
+        return release_paused(self.store, switches, self.publish)
+
     def sweep(self) -> int:
         """The sweeper's pass: make the held counts match the database, then pump everything
-        (slots of dead holders have expired by now, and fair-share positions moved on)."""
-        moved = 0
+        (slots of dead holders have expired by now, and fair-share positions moved on), and
+        release what a pause that was turned off still holds (a missed notification)."""
+        moved = self.release_paused()
         if self.gate is not None:
             counts = {t: n for t, (n, _) in self.store.held_ages(GATE_HOLD).items()}
             self.gate.set_held(counts)

@@ -82,6 +82,9 @@ class Throttled(Frozen):
     code: str = "throttled"
     message: str = ""
     status: int | None = None
+    # Held back by an operator's switch (effects stopped, read-only, tool disabled, credentials
+    # revoked), not by the service: the caller waits as long as the switch is on.
+    by_operator: bool = False
 
 
 Outcome = Ok | Rejected | Unknown | Throttled

@@ -39,6 +39,16 @@ class Credential:
     token: str = field(repr=False)
     expires_at: datetime
     scope: str
+    # When it was minted: a credential epoch (an operator's revocation) voids every credential
+    # minted before it. None: the provider does not say (treated as minted before any epoch).
+    issued_at: datetime | None = None
+
+
+def revoked(credential: Credential, epoch: float | None) -> bool:
+    """Whether a credential epoch (epoch seconds; see `ops`) voids this credential."""
+    if epoch is None:
+        return False
+    return credential.issued_at is None or credential.issued_at.timestamp() < epoch
 
 
 class CredentialProvider(Protocol):
@@ -112,12 +122,18 @@ class HmacCredentialProvider:
         }
         payload = _b64(json.dumps(claims, sort_keys=True, separators=(",", ":")).encode())
         token = f"{_PREFIX}.{payload}.{self._sign(f'{_PREFIX}.{payload}')}"
-        return Credential(token=token, expires_at=expires_at, scope=scope)
+        return Credential(token=token, expires_at=expires_at, scope=scope, issued_at=now)
 
     def verify(
-        self, token: str, *, tool: str | None = None, tenant_id: str | None = None
+        self,
+        token: str,
+        *,
+        tool: str | None = None,
+        tenant_id: str | None = None,
+        not_before: float | None = None,
     ) -> dict[str, Any]:
-        """The token's claims if it is genuine, unexpired and (when given) for this tool/tenant."""
+        """The token's claims if it is genuine, unexpired, (when given) for this tool/tenant,
+        and not minted before `not_before` (a credential epoch, epoch seconds)."""
         parts = token.split(".")
         if len(parts) != 3 or parts[0] != _PREFIX:
             raise CredentialInvalid("malformed tool credential")
@@ -134,4 +150,7 @@ class HmacCredentialProvider:
             raise CredentialInvalid(f"tool credential is not for tool {tool!r}")
         if tenant_id is not None and claims.get("tenant") != tenant_id:
             raise CredentialInvalid("tool credential is for another tenant")
+        # `iat` is whole seconds: a token minted in the epoch's own second is refused too.
+        if not_before is not None and claims.get("iat", 0) < int(not_before) + 1:
+            raise CredentialInvalid("tool credential was revoked (minted before the epoch)")
         return claims

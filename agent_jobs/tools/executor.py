@@ -23,6 +23,14 @@ as "what the adapter learned: write -> read (after retries)":
 
 Reads never report unknown: a read cannot have half-happened, it only failed to answer.
 
+Operator switches (`ops`) are checked after the scope, before the policy stamp and the
+credential: a tool disabled for the tenant refuses a read (`tool_disabled`, final: the model
+re-plans without it); a write stopped by a switch (its tool disabled, the tenant read-only, or
+side effects stopped) applied nothing and is still wanted, so it comes back `throttled` with
+`retry_after_s` = the switch poll interval and the switch's code: the task parks holding nothing
+and asks again, and never fails because a switch was on. Reads, reconciliation and verification
+go on while effects are stopped. A credential minted before the credential epoch is never sent.
+
 Throttled is its own outcome because it is the one refusal that is neither final nor ambiguous:
 the service applied nothing (so nothing to reconcile) and the action is still wanted (so no
 re-plan, no second approval); the caller parks and sends the same call, same key, later. A
@@ -45,6 +53,14 @@ from agent_jobs.core.clock import Clock, SystemClock
 from agent_jobs.core.errors import InvalidInput
 from agent_jobs.core.hashing import action_hash, args_hash, derive_idempotency_key
 from agent_jobs.core.text import clean_json, clean_text
+from agent_jobs.ops.live import installed as installed_switches
+from agent_jobs.ops.switches import (
+    EFFECTS_STOPPED_CODE,
+    EFFECTS_STOPPED_REASON,
+    POLL_INTERVAL_S,
+    Switches,
+    SwitchSet,
+)
 from agent_jobs.tools.adapter import (
     Invocation,
     ServiceFailed,
@@ -54,7 +70,7 @@ from agent_jobs.tools.adapter import (
 )
 from agent_jobs.tools.audit import AuditRecord, AuditSink
 from agent_jobs.tools.calls import ExecContext, Ok, Outcome, Rejected, Throttled, ToolCall, Unknown
-from agent_jobs.tools.credentials import Credential, CredentialProvider
+from agent_jobs.tools.credentials import Credential, CredentialProvider, revoked
 from agent_jobs.tools.descriptors import CONTEXT_KEY_FIELDS, ToolDescriptor
 from agent_jobs.tools.registry import ToolRegistry
 
@@ -100,6 +116,32 @@ def classify(exc: BaseException, *, write: bool) -> Outcome:
     return Rejected(code="adapter_error", message=type(exc).__name__)
 
 
+def _wait(d: ToolDescriptor, code: str, message: str) -> Outcome:
+    """A call an operator switch stops: a write waits (nothing applied, still wanted); a read
+    that cannot be made is a transient refusal."""
+    if d.is_write:
+        return Throttled(
+            retry_after_s=POLL_INTERVAL_S, code=code, message=message, by_operator=True
+        )
+    return Rejected(code=code, message=message, transient=True)
+
+
+def check_switches(d: ToolDescriptor, tenant_id: str, switches: SwitchSet) -> Outcome | None:
+    """The operator switches that stop this call for this tenant, as an outcome (or None)."""
+    disabled = switches.tool_disabled(d.name, tenant_id)
+    if disabled is not None:
+        if not d.is_write:
+            return Rejected(code="tool_disabled", message=f"{d.name} is disabled by operator")
+        return _wait(d, "tool_disabled", f"{d.name} is disabled by operator")
+    if not d.is_write:
+        return None
+    if switches.read_only(tenant_id) is not None:
+        return _wait(d, "read_only", "tenant downgraded to read-only tools by operator")
+    if switches.effects_stopped(tenant_id) is not None:
+        return _wait(d, EFFECTS_STOPPED_CODE, EFFECTS_STOPPED_REASON)
+    return None
+
+
 def _safe_args_hash(call: ToolCall) -> str:
     try:
         return args_hash(call.args)
@@ -118,12 +160,18 @@ class ToolExecutor:
         *,
         clock: Clock | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        switches: Switches | None = None,
     ) -> None:
         self.registry = registry
         self._credentials = credentials
         self._audit = audit
         self._clock = clock or SystemClock()
         self._sleep = sleep
+        # None: the process's installed switches (`ops.live`), read at each call.
+        self._switches = switches
+
+    def _switch_set(self) -> SwitchSet:
+        return (self._switches or installed_switches()).current()
 
     def execute(self, call: ToolCall, ctx: ExecContext) -> Outcome:
         """Run one call through every check, then the adapter; audit in all cases."""
@@ -157,6 +205,10 @@ class ToolExecutor:
             return Rejected(
                 code="outside_scope", message=f"{d.name} is not allowed in step {ctx.step_scope!r}"
             )
+        switches = self._switch_set()
+        stopped = check_switches(d, ctx.tenant_id, switches)
+        if stopped is not None:
+            return stopped
         if d.is_write:
             refused = self._check_write(d, call, ctx)
             if refused is not None:
@@ -169,6 +221,9 @@ class ToolExecutor:
         except Exception as e:
             log.warning("credential mint failed for %s: %s", d.name, type(e).__name__)
             return Rejected(code="credential_unavailable", transient=True)
+        if revoked(credential, switches.credential_epoch(ctx.tenant_id)):
+            # A provider that caches (a vault lease) handed out one from before a revocation.
+            return _wait(d, "credential_revoked", "tool credentials revoked by operator")
 
         return self._call(d, call, ctx, credential, progress)
 
@@ -229,6 +284,11 @@ class ToolExecutor:
         # Writes get exactly one attempt whatever the descriptor says (also checked at startup).
         max_attempts = 1 if d.is_write else d.retry.max_attempts
         while True:
+            if progress.attempts and revoked(
+                credential, self._switch_set().credential_epoch(ctx.tenant_id)
+            ):
+                # Revoked while a read waited to try again: never sent again.
+                return Rejected(code="credential_revoked", transient=True)
             progress.attempts += 1
             progress.dispatched = True
             try:

@@ -28,6 +28,7 @@ class FakeCredentialProvider:
             token=f"fake-{len(self.minted)}:{tool}:{tenant_id}",
             expires_at=self._clock.now() + timedelta(seconds=ttl_s),
             scope=scope_of(tool, tenant_id),
+            issued_at=self._clock.now(),
         )
 
 

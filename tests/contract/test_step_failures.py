@@ -492,3 +492,23 @@ def test_retry_wait_resumes_where_the_step_failed(status: Status) -> None:
     assert resume_status(status.value) is status
     assert resume_status("COMPLETED") is S.RUNNING, "never resumes into a terminal status"
     assert resume_status("garbage") is S.RUNNING
+
+
+def test_an_operator_hold_waits_past_the_throttle_bound_and_never_escalates(
+    store: Any, tenant: str
+) -> None:
+    """Effects stopped by an operator come back as a throttle `by_operator`: the task waits
+    as long as the switch is on, however long that is, then acts."""
+    bounded = TEST_SETTINGS.with_overrides(throttle_max_wait_s=1.0)
+    answers = [wf.Throttled(0.6, "effects stopped by operator", by_operator=True)] * 5
+    answers.append(wf.Ok({}))
+
+    def execute(self: Scripted, i: wf.StepInput, a: Action) -> wf.EffectOutcome:
+        return answers.pop(0)
+
+    h, task = run(store, tenant, Scripted(execute=execute), settings=bounded)
+    final = h.settle(task.id)
+    assert final.status is S.COMPLETED, "3 s of operator holds against a 1 s bound"
+    names = events(store, task.id)
+    assert names.count("effect_throttled") == 5
+    assert "throttle_exhausted" not in names

@@ -159,3 +159,7 @@ def test_display_status() -> None:
     assert display_status(S.APPROVAL_WAIT, cancel_requested=False) == "awaiting_approval"
     assert display_status(S.EXEC_UNKNOWN, cancel_requested=False) == "confirming_effect"
     assert display_status(S.RETRY_WAIT, cancel_requested=False) == "retry_wait"
+    assert display_status(S.RUNNING, False, held_for="paused") == "paused"
+    assert display_status(S.RUNNING, False, held_for="gate") == "held_gate"
+    assert display_status(S.COMPLETED, False, held_for="paused") == "completed"
+    assert display_status(S.RETRY_WAIT, False, stopped_by_operator=True) == "stopped_by_operator"

@@ -194,7 +194,9 @@ class RefundWorkflow:
             # Refused under load before anything was applied (429, or 503 + Retry-After): the
             # orchestrator parks the task and sends the same key and grant after the delay.
             reason = f"{outcome.code}: {outcome.message}" if outcome.message else outcome.code
-            return wf.Throttled(outcome.retry_after_s, reason[:200])
+            return wf.Throttled(
+                outcome.retry_after_s, reason[:200], by_operator=outcome.by_operator
+            )
         # A transient refusal (408) applied nothing, but "unknown" sends the task to look it up
         # and retry with the same key and grant, where a rejection would re-plan and make a
         # person approve the same refund twice.

@@ -1,0 +1,213 @@
+"""Incident switches: what an operator can turn on without a deployment, and how it is read.
+
+A switch is keyed by (kind, tenant, target); "" means every tenant, or no target. The set in
+force is a `SwitchSet`, an immutable snapshot that the executor, the dispatch gate and the policy
+ask questions of ("is this tool disabled for this tenant?"). Where a snapshot comes from is the
+`Switches` port: `StaticSwitches` here (tests, embedded use), the store-backed cache in
+`ops.live` in workers and the API.
+
+Pure: no clock, no I/O. Values are validated here so the CLI, the API and the store agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from agent_jobs.core.errors import InvalidInput
+from agent_jobs.core.identity import check_tenant_id
+
+ALL = ""  # every tenant, or no target
+
+# How long a process may serve a set it was not told about: the backstop re-read of the table
+# (a lost notification is noticed within this), and how soon a task parked because side effects
+# were stopped asks again.
+POLL_INTERVAL_S = 2.0
+
+EFFECTS_STOPPED_CODE = "effects_stopped"
+EFFECTS_STOPPED_REASON = "effects stopped by operator"
+# The codes of a write an operator switch made wait (`tools.executor`): the orchestrator's
+# throttle bound should not count these waits (see the report on steps.py).
+OPERATOR_STOP_CODES = frozenset(
+    {"effects_stopped", "read_only", "tool_disabled", "credential_revoked"}
+)
+
+
+class Kind(StrEnum):
+    """The levers. Targets: a tool name (`tool_disabled`), a workflow name (`paused`)."""
+
+    TOOL_DISABLED = "tool_disabled"  # tenant or all; target: the tool
+    READ_ONLY = "read_only"  # tenant (or all): only tools without side effects
+    PAUSED = "paused"  # tenant, all; target: a workflow (`name` or `name@version`) or all
+    EFFECTS_STOPPED = "effects_stopped"  # tenant or all: writes wait, reads go on
+    CREDENTIAL_EPOCH = "credential_epoch"  # tenant or all: credentials minted before are void
+    AUTONOMY_THRESHOLD = "autonomy_threshold"  # tenant or all: auto-execute under this (minor)
+
+
+_TARGETED = {Kind.TOOL_DISABLED: True, Kind.PAUSED: False}
+
+
+@dataclass(frozen=True, order=True)
+class SwitchKey:
+    kind: Kind
+    tenant_id: str = ALL
+    target: str = ALL
+
+    def label(self) -> str:
+        where = self.tenant_id or "*"
+        return f"{self.kind.value}[{where}{'/' + self.target if self.target else ''}]"
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One switch in force: its value, and who turned it on, why and when."""
+
+    key: SwitchKey
+    value: Any
+    actor: str
+    reason: str
+    changed_at: datetime
+
+    def why(self) -> str:
+        return f"{self.key.label()} by {self.actor}: {self.reason}"
+
+
+def check_key(kind: str, tenant_id: str = ALL, target: str = ALL) -> SwitchKey:
+    """The key for these words, or `InvalidInput` saying what is wrong."""
+    try:
+        k = Kind(kind)
+    except ValueError:
+        raise InvalidInput(
+            f"unknown switch {kind!r} (known: {', '.join(x.value for x in Kind)})"
+        ) from None
+    if tenant_id:
+        try:
+            check_tenant_id(tenant_id)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+    needs_target = _TARGETED.get(k)
+    if needs_target is None and target:
+        raise InvalidInput(f"switch {k.value} takes no target")
+    if needs_target and not target:
+        raise InvalidInput(f"switch {k.value} needs a target (the tool name)")
+    if len(target) > 128 or (target and not target.isprintable()):
+        raise InvalidInput("switch target must be at most 128 printable characters")
+    return SwitchKey(k, tenant_id, target)
+
+
+def check_value(kind: Kind, value: Any) -> Any:
+    """The stored value for a switch: True for on/off levers, a number for the others."""
+    if kind is Kind.CREDENTIAL_EPOCH:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            raise InvalidInput("credential_epoch is a time in epoch seconds")
+        return float(value)
+    if kind is Kind.AUTONOMY_THRESHOLD:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInput("autonomy_threshold is an amount in minor units, 0 or more")
+        return value
+    if value is not True:
+        raise InvalidInput(f"switch {kind.value} is on or off; its value is true")
+    return True
+
+
+def _workflow_name(workflow: str) -> str:
+    return workflow.split("@", 1)[0]
+
+
+@dataclass(frozen=True)
+class SwitchSet:
+    """The switches in force, as one snapshot. Questions return the switch that answers them
+    (so a refusal can say who and why), or None."""
+
+    switches: Mapping[SwitchKey, Switch] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, switches: Iterable[Switch]) -> SwitchSet:
+        return cls({s.key: s for s in switches})
+
+    def __len__(self) -> int:
+        return len(self.switches)
+
+    def _get(self, kind: Kind, tenant_id: str, target: str = ALL) -> Switch | None:
+        return self.switches.get(SwitchKey(kind, tenant_id, target))
+
+    def _either(self, kind: Kind, tenant_id: str, target: str = ALL) -> Switch | None:
+        return self._get(kind, ALL, target) or self._get(kind, tenant_id, target)
+
+    def tool_disabled(self, tool: str, tenant_id: str) -> Switch | None:
+        return self._either(Kind.TOOL_DISABLED, tenant_id, tool)
+
+    def read_only(self, tenant_id: str) -> Switch | None:
+        return self._either(Kind.READ_ONLY, tenant_id)
+
+    def effects_stopped(self, tenant_id: str) -> Switch | None:
+        return self._either(Kind.EFFECTS_STOPPED, tenant_id)
+
+    def paused(self, tenant_id: str, workflow: str | None = None) -> Switch | None:
+        """Everything, the tenant, or (when given) the workflow (by name, or name@version)."""
+        found = self._either(Kind.PAUSED, tenant_id)
+        if found is not None or workflow is None:
+            return found
+        for target in (workflow, _workflow_name(workflow)):
+            found = self._either(Kind.PAUSED, tenant_id, target)
+            if found is not None:
+                return found
+        return None
+
+    def pauses_workflows(self) -> bool:
+        """Whether any pause names a workflow (then the gate must know a task's workflow)."""
+        return any(k.kind is Kind.PAUSED and k.target for k in self.switches)
+
+    def pauses_tenant(self, tenant_id: str) -> bool:
+        """Whether some pause may apply to this tenant's tasks (before knowing the workflow)."""
+        return any(k.kind is Kind.PAUSED and k.tenant_id in (ALL, tenant_id) for k in self.switches)
+
+    def credential_epoch(self, tenant_id: str) -> float | None:
+        """Credentials minted before this instant (epoch seconds) are void: the later of the
+        global and the tenant's epoch."""
+        found = (self._get(Kind.CREDENTIAL_EPOCH, ALL), self._get(Kind.CREDENTIAL_EPOCH, tenant_id))
+        values = [float(s.value) for s in found if s is not None]
+        return max(values) if values else None
+
+    def autonomy_threshold(self, tenant_id: str = ALL) -> int | None:
+        """The most an action may be worth (minor units) and still execute without a person;
+        the lower of the global and the tenant's value. None: the policy's own thresholds."""
+        values = [
+            int(s.value)
+            for s in (
+                self._get(Kind.AUTONOMY_THRESHOLD, ALL),
+                self._get(Kind.AUTONOMY_THRESHOLD, tenant_id) if tenant_id else None,
+            )
+            if s is not None
+        ]
+        return min(values) if values else None
+
+
+NO_SWITCHES = SwitchSet()
+
+
+class Switches(Protocol):
+    """The port: the switch set this process obeys now."""
+
+    def current(self) -> SwitchSet: ...
+
+
+class StaticSwitches:
+    """A set held in memory (tests, and the embedded mode's default of none). `set` replaces it."""
+
+    def __init__(self, switches: SwitchSet = NO_SWITCHES) -> None:
+        self._set = switches
+
+    def current(self) -> SwitchSet:
+        return self._set
+
+    def set(self, switches: SwitchSet) -> None:
+        self._set = switches
