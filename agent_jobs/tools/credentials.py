@@ -12,13 +12,13 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from agent_jobs.config import from_environ, load_settings
 from agent_jobs.core.clock import Clock, SystemClock
 from agent_jobs.core.errors import AgentJobsError
 
@@ -93,9 +93,10 @@ class HmacCredentialProvider:
     def from_env(
         cls, environ: Mapping[str, str] | None = None, *, clock: Clock | None = None
     ) -> HmacCredentialProvider:
-        """Secret from `AGENT_JOBS_TOOL_SECRET`, or the development default (with a warning)."""
-        env = os.environ if environ is None else environ
-        secret = env.get(SECRET_ENV, "")
+        """Secret from `AGENT_JOBS_TOOL_SECRET` (read through the settings schema; `environ`
+        instead of the process's), or the development default (with a warning)."""
+        cfg = load_settings() if environ is None else from_environ(environ)
+        secret = cfg.tool_secret or ""
         if not secret:
             log.warning("%s is not set: using the development tool secret", SECRET_ENV)
             secret = DEV_SECRET

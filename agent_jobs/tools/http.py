@@ -14,7 +14,6 @@ fails there is a classified `ServiceFailed`, never an exception of the JSON deco
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,13 +54,14 @@ _READ_CHUNK = 64 * 1024
 
 @dataclass(frozen=True)
 class SystemsConfig:
-    """Default base URLs by setting name; the environment variable of the same name wins."""
+    """Base URLs by setting name: `environ` (the values configured, e.g. from the settings
+    schema) wins over `defaults`. Nothing here reads the process environment."""
 
     defaults: Mapping[str, str] = field(default_factory=dict)
     environ: Mapping[str, str] | None = None
 
     def base_url(self, setting: str) -> str:
-        env = os.environ if self.environ is None else self.environ
+        env = self.environ or {}
         url = env.get(setting) or self.defaults.get(setting)
         if not url:
             raise ConfigError(f"no base URL: set the environment variable {setting}")

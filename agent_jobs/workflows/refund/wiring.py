@@ -21,14 +21,13 @@ Configuration (environment):
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_jobs.config import settings
+from agent_jobs.config import Settings, from_environ, load_settings
 from agent_jobs.core.errors import ConfigError
 from agent_jobs.gateway import (
     DEFAULT_ROUTE,
@@ -48,7 +47,6 @@ from agent_jobs.tools import (
     ToolRegistry,
 )
 from agent_jobs.tools.refund_tools import (
-    DEV_BASE_URL,
     ORDERS_URL,
     PAYMENTS_URL,
     POLICIES_URL,
@@ -79,24 +77,26 @@ class RefundServices:
 
 
 def confirm_lag_s(environ: Mapping[str, str]) -> float:
-    """`AGENT_JOBS_CONFIRM_LAG_S` as a number of seconds (not negative, at most an hour)."""
-    raw = environ.get(CONFIRM_LAG)
-    if raw is None or not raw.strip():
-        return DEFAULT_CONFIRM_LAG_S
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{CONFIRM_LAG}={raw!r} is not a number") from exc
-    if not 0 <= value <= 3600:
-        raise ConfigError(f"{CONFIRM_LAG}={raw!r} must be from 0 to 3600 seconds")
-    return value
+    """`AGENT_JOBS_CONFIRM_LAG_S` of `environ`, validated by the settings schema (0 to 3600)."""
+    return from_environ(environ).confirm_lag_s
 
 
 def systems_config(base_url: str, environ: Mapping[str, str] | None = None) -> SystemsConfig:
-    """Every business system at `base_url`, unless its own variable says otherwise."""
+    """Every business system at `base_url`, unless `environ` names its own URL."""
     return SystemsConfig(
         defaults={ORDERS_URL: base_url, PAYMENTS_URL: base_url, POLICIES_URL: base_url},
         environ=environ,
+    )
+
+
+def systems_from_settings(cfg: Settings) -> SystemsConfig:
+    """Each business system where the settings put it (`SYSTEMS_URL`, or its own URL)."""
+    return SystemsConfig(
+        environ={
+            ORDERS_URL: cfg.system_url("orders"),
+            PAYMENTS_URL: cfg.system_url("payments"),
+            POLICIES_URL: cfg.system_url("policies"),
+        }
     )
 
 
@@ -150,23 +150,20 @@ def routes_and_providers(
 def services_from_env(
     environ: Mapping[str, str] | None = None, *, rules: RefundRules | None = None
 ) -> RefundServices:
-    """Build the services from `AGENT_JOBS_*` variables (see the module doc)."""
-    env = os.environ if environ is None else environ
-    routes, providers = routes_and_providers(env.get(MODEL_ROUTES) or None, rules)
-    gateway = ModelGateway(routes, providers, model_slots=model_slots_for(settings()))
+    """Build the services from the settings (the process's, or those of `environ`)."""
+    cfg = load_settings() if environ is None else from_environ(environ)
+    routes, providers = routes_and_providers(cfg.model_routes, rules)
+    gateway = ModelGateway(routes, providers, model_slots=model_slots_for(cfg))
     gateway.route(ROUTE_KEY)  # a routes file without the pinned route fails here, not per task
-    base = env.get(SYSTEMS_URL) or DEV_BASE_URL
-    # `environ=None` keeps reading the process environment at call time for the per-system URLs.
-    config = systems_config(base, None if environ is None else environ)
     # Imported here: prometheus_client must load after a worker chose its multiprocess mode.
     from agent_jobs.obs.metrics import PrometheusObserver  # noqa: PLC0415
 
     return RefundServices(
         gateway=gateway,
-        tools=refund_registry(config),
-        credentials=HmacCredentialProvider.from_env(env),
+        tools=refund_registry(systems_from_settings(cfg)),
+        credentials=HmacCredentialProvider.from_env(environ),
         observer=PrometheusObserver(),
-        confirm_lag_s=confirm_lag_s(env),
+        confirm_lag_s=cfg.confirm_lag_s,
     )
 
 
