@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped,unused-ignore]
 
 from agent_jobs import __version__
-from agent_jobs.api import approvals, ops, tasks
+from agent_jobs.api import approvals, console_api, operator, ops, tasks
 from agent_jobs.api.admission import build_admission
 from agent_jobs.api.auth import TokenVerifier
 from agent_jobs.api.deps import ApiRuntime, ApiState
@@ -33,6 +33,7 @@ from agent_jobs.api.intake import Intake
 from agent_jobs.api.openapi import install_openapi
 from agent_jobs.api.ops import start_metrics_server
 from agent_jobs.config import Settings
+from agent_jobs.console import install_console
 from agent_jobs.obs.metrics import (
     HTTP_REQUESTS,
     HTTP_SECONDS,
@@ -254,6 +255,9 @@ def create_app(runtime: ApiRuntime | None = None, settings: Settings | None = No
     app.include_router(tasks.router)
     app.include_router(approvals.router)
     app.include_router(ops.router)
+    app.include_router(console_api.router)
+    install_console(app)
+    app.include_router(operator.router)
     # The middleware added last is the outermost: metrics see every response, 413s included.
     app.add_middleware(BodyLimit, limit=cfg.api_max_body_bytes)
     app.add_middleware(RequestMetrics)

@@ -232,6 +232,9 @@ class PrometheusObserver:
     def stale_commit(self) -> None:
         STALE_COMMITS.inc()
 
+    def task_ended(self, task_id: str) -> None:
+        """No metric: per-task, for traces (`obs.otel.TracingObserver`)."""
+
     # -- intake -------------------------------------------------------------------------------
 
     @_safe

@@ -68,6 +68,10 @@ class Observer(Protocol):
 
     def held(self, reason: str) -> None: ...
 
+    def task_ended(self, task_id: str) -> None:
+        """The task reached a terminal status (committed): e.g. export its trace."""
+        ...
+
 
 class NullObserver:
     def transition(self, workflow: str, frm: str, to: str) -> None:
@@ -113,6 +117,9 @@ class NullObserver:
         pass
 
     def held(self, reason: str) -> None:
+        pass
+
+    def task_ended(self, task_id: str) -> None:
         pass
 
 

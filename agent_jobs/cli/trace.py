@@ -1,0 +1,60 @@
+"""`agent-jobs trace TASK_ID [--json]`: a task's trace, read from its event log.
+
+The spans are the ones `obs.otel` exports (`obs.tracing.spans_from_events`), so this works without
+a collector and never disagrees with one: `--json` prints the seed's trace JSON, the default a
+text waterfall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from typing import Any
+
+from agent_jobs.config import settings
+from agent_jobs.core.errors import InvalidInput
+from agent_jobs.core.identity import check_tenant_id
+from agent_jobs.obs.tracing import spans_from_events, trace_json, waterfall
+
+_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
+
+
+def task_trace(store: Any, task_id: str, tenant_id: str | None = None) -> dict[str, Any]:
+    """The trace JSON of one task (another tenant's task is `NotFound`)."""
+    task = store.get(task_id, tenant_id)
+    return trace_json(spans_from_events(task, store.events(task_id, tenant_id)))
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    if not _ID.fullmatch(args.task_id):
+        raise InvalidInput("task id: must be 1-80 characters of letters, digits, '_' or '-'")
+    if args.tenant is not None:
+        try:
+            check_tenant_id(args.tenant)
+        except ValueError as exc:
+            raise InvalidInput(f"--tenant: {exc}") from None
+    from agent_jobs.store import Store  # noqa: PLC0415 - keep `--help` fast
+
+    store = Store.from_url(settings().database_url)
+    try:
+        task = store.get(args.task_id, args.tenant)
+        spans = spans_from_events(task, store.events(args.task_id, args.tenant))
+    finally:
+        store.engine.dispose()
+    if args.json:
+        print(json.dumps(trace_json(spans), indent=2, ensure_ascii=False))
+    else:
+        print(waterfall(spans))
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "trace",
+        help="show a task's trace (spans from its event log: a waterfall, or --json)",
+    )
+    p.add_argument("task_id")
+    p.add_argument("--tenant", help="only if it belongs to this tenant")
+    p.add_argument("--json", action="store_true", help="the trace JSON (seed 004's shape)")
+    p.set_defaults(func=cmd_trace)

@@ -1,0 +1,551 @@
+// agent_jobs console: approvals, task timelines and queues over the JSON API.
+//
+// Rules this file keeps (tests/browser and tests/integration/test_console_api.py check them):
+// - every value that came from a customer, a business system or the model is put on the page
+//   with textContent or a DOM attribute, never parsed as HTML (no HTML-parsing sink anywhere);
+// - the session is the bearer token, in this tab's sessionStorage, sent as an Authorization
+//   header; no cookie exists, so a cross-site request carries no credential;
+// - the page never decides: a grant or a denial is the server's answer, shown as it is.
+"use strict";
+
+(function () {
+  const TOKEN_KEY = "agent_jobs.console.token";
+  const POLL_MS = { approvals: 3000, queues: 5000, timeline: 3000 };
+  const STATUSES = [
+    "RECEIVED", "RUNNING", "RETRY_WAIT", "APPROVAL_WAIT", "EXECUTING", "EXEC_UNKNOWN",
+    "VERIFYING", "COMPLETED", "ESCALATED", "FAILED", "CANCELLED",
+  ];
+  const TERMINAL = new Set(["COMPLETED", "ESCALATED", "FAILED", "CANCELLED"]);
+  const ID_RE = /^[A-Za-z0-9_-]{1,80}$/;
+
+  let me = null;
+  let timer = null;
+  let clockTimer = null;
+  let serverSkewMs = 0; // server clock minus this browser's clock, from the last approvals read
+  const cards = new Map(); // approval id -> card state
+
+  // -- DOM helpers: text only ------------------------------------------------------------------
+
+  function $(id) { return document.getElementById(id); }
+
+  // el("td", {class: "x"}, "text", otherNode): strings become text nodes, never markup.
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "class") node.className = v;
+      else if (k === "text") node.textContent = String(v);
+      else if (k === "style") for (const [p, val] of Object.entries(v)) node.style.setProperty(p, val);
+      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else node.setAttribute(k, String(v));
+    }
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined || child === false) continue;
+      node.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
+
+  function show(node, on) { node.hidden = !on; }
+
+  function say(text) { $("status").textContent = text || ""; }
+
+  function fmtMs(ms) {
+    const v = Number(ms) || 0;
+    if (v >= 60000) return (v / 60000).toFixed(1) + " min";
+    if (v >= 1000) return (v / 1000).toFixed(2) + " s";
+    return v.toFixed(v < 10 ? 1 : 0) + " ms";
+  }
+
+  function fmtLeft(seconds) {
+    if (seconds <= 0) return "expired";
+    const m = Math.floor(seconds / 60);
+    const s = Math.floor(seconds % 60);
+    return (m ? m + " min " : "") + s + " s left";
+  }
+
+  function fmtTime(iso) {
+    if (!iso) return "";
+    const d = new Date(iso);
+    return isNaN(d) ? String(iso) : d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+  }
+
+  function json(value) { return JSON.stringify(value); }
+
+  // -- the API ---------------------------------------------------------------------------------
+
+  function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
+
+  async function api(method, path, body) {
+    const headers = { Authorization: "Bearer " + token(), Accept: "application/json" };
+    const init = { method, headers, credentials: "omit", cache: "no-store", redirect: "error" };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let res;
+    try {
+      res = await fetch(path, init);
+    } catch (err) {
+      return { ok: false, status: 0, error: { code: "network", message: "the API did not answer" } };
+    }
+    let data = null;
+    try { data = await res.json(); } catch (err) { data = null; }
+    if (res.status === 401 && me !== null) signOut("Your token was refused (expired or invalid): sign in again.");
+    if (!res.ok) {
+      const error = (data && data.error) || { code: "http_" + res.status, message: res.statusText };
+      return { ok: false, status: res.status, error };
+    }
+    return { ok: true, status: res.status, data };
+  }
+
+  function errorText(result) {
+    return result.error.message + " (" + result.status + " " + result.error.code + ")";
+  }
+
+  // -- session ---------------------------------------------------------------------------------
+
+  async function signIn(raw) {
+    sessionStorage.setItem(TOKEN_KEY, raw.trim());
+    const result = await api("GET", "/v1/console/me");
+    if (!result.ok) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      $("login-error").textContent = "Sign-in refused: " + errorText(result);
+      return false;
+    }
+    me = result.data;
+    $("login-error").textContent = "";
+    $("who").textContent = me.subject + " @ " + me.tenant_id + (me.roles.length ? " (" + me.roles.join(", ") + ")" : "");
+    show($("login"), false);
+    show($("app"), true);
+    show($("nav"), true);
+    show($("sign-out"), true);
+    route();
+    return true;
+  }
+
+  function signOut(message) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    me = null;
+    stopPolling();
+    cards.clear();
+    clear($("approvals"));
+    $("who").textContent = "";
+    show($("app"), false);
+    show($("nav"), false);
+    show($("sign-out"), false);
+    show($("login"), true);
+    $("login-error").textContent = message || "";
+    $("token").value = "";
+  }
+
+  // -- routing and polling ---------------------------------------------------------------------
+
+  function stopPolling() {
+    if (timer !== null) clearInterval(timer);
+    if (clockTimer !== null) clearInterval(clockTimer);
+    timer = clockTimer = null;
+  }
+
+  function poll(fn, ms) {
+    stopPolling();
+    fn();
+    timer = setInterval(fn, ms);
+  }
+
+  function route() {
+    if (me === null) return;
+    const [page, arg] = (location.hash.slice(1) || "approvals").split("/");
+    const name = ["approvals", "timeline", "queues"].includes(page) ? page : "approvals";
+    for (const p of ["approvals", "timeline", "queues"]) show($("page-" + p), p === name);
+    for (const a of document.querySelectorAll("#nav a")) {
+      a.classList.toggle("active", a.dataset.page === name);
+    }
+    if (name === "approvals") {
+      poll(loadApprovals, POLL_MS.approvals);
+      clockTimer = setInterval(tickClocks, 1000);
+    } else if (name === "queues") {
+      poll(loadQueues, POLL_MS.queues);
+    } else {
+      stopPolling();
+      if (arg && ID_RE.test(decodeURIComponent(arg))) openTimeline(decodeURIComponent(arg));
+    }
+  }
+
+  // -- approvals -------------------------------------------------------------------------------
+
+  async function loadApprovals() {
+    if (!me.roles.includes("approver")) {
+      $("approvals-error").textContent = "Your token does not carry the approver role: approvals are not shown.";
+      return;
+    }
+    const result = await api("GET", "/v1/console/approvals?status=pending&limit=50");
+    if (!result.ok) {
+      $("approvals-error").textContent = "Could not load approvals: " + errorText(result);
+      return;
+    }
+    $("approvals-error").textContent = "";
+    serverSkewMs = new Date(result.data.server_now).getTime() - Date.now();
+    const seen = new Set();
+    const list = $("approvals");
+    for (const a of result.data.approvals) {
+      seen.add(a.approval_id);
+      if (!cards.has(a.approval_id)) {
+        const card = approvalCard(a);
+        cards.set(a.approval_id, card);
+        list.appendChild(card.node);
+      }
+    }
+    for (const [id, card] of cards) {
+      if (!seen.has(id) && !card.gone) await noLongerPending(id, card);
+    }
+    const pending = [...cards.values()].filter((c) => !c.gone).length;
+    $("approvals-count").textContent = "(" + pending + ")";
+    if (!list.firstChild) list.appendChild(el("p", { class: "empty", id: "no-approvals" }, "Nothing waits for a decision."));
+    else if ($("no-approvals") && pending) $("no-approvals").remove();
+    tickClocks();
+  }
+
+  // A card whose approval left the pending list: say what became of it (decided by whom,
+  // expired), and keep it on screen, without buttons, until the approver dismisses it.
+  async function noLongerPending(id, card) {
+    card.gone = true;
+    card.grant.disabled = card.deny.disabled = true;
+    const result = await api("GET", "/v1/approvals?task_id=" + encodeURIComponent(card.approval.task_id));
+    let text = "No longer pending.";
+    if (result.ok) {
+      const now = result.data.approvals.find((x) => x.approval_id === id);
+      if (now) text = "No longer pending: " + now.status + (now.approver ? " by " + now.approver : "") + ".";
+    }
+    card.outcome.textContent = text;
+    card.outcome.className = "outcome muted";
+    card.node.classList.add("gone");
+    card.node.appendChild(el("button", { type: "button", class: "dismiss", onclick: () => { card.node.remove(); cards.delete(id); } }, "Dismiss"));
+  }
+
+  function tickClocks() {
+    const now = Date.now() + serverSkewMs;
+    for (const card of cards.values()) {
+      if (card.gone) continue;
+      const left = (new Date(card.approval.expires_at).getTime() - now) / 1000;
+      card.left.textContent = fmtLeft(left);
+      card.left.classList.toggle("late", left < 120);
+    }
+  }
+
+  function kv(rows) {
+    return el("dl", { class: "kv" }, rows.filter((r) => r[1] !== null && r[1] !== undefined && r[1] !== "").map(([k, v, cls]) => [
+      el("dt", {}, k), el("dd", { class: cls || null }, v),
+    ]));
+  }
+
+  function evidenceNode(a) {
+    const ev = a.evidence;
+    const parts = [];
+    if (ev.facts.length) {
+      parts.push(el("table", { class: "grid facts" },
+        el("thead", {}, el("tr", {}, el("th", {}, "fact"), el("th", {}, "id"), el("th", {}, "what the system of record says"), el("th", {}, "source"))),
+        el("tbody", {}, ev.facts.map((f) => el("tr", { class: f.id === a.payment_id ? "target" : null },
+          el("td", {}, f.kind),
+          el("td", {}, el("code", {}, f.id)),
+          el("td", {}, Object.entries(f.fields).filter(([, v]) => v !== null && v !== "").map(([k, v]) => k + ": " + v).join(" · ")),
+          el("td", {}, f.source.tool + " (" + f.source.observation + ")"),
+        )))));
+    } else {
+      parts.push(el("p", { class: "muted" }, "No ledger facts in the checkpoint."));
+    }
+    if (ev.order) {
+      parts.push(el("div", { class: "untrusted" },
+        el("h4", {}, "From the order (written by the customer; policy does not read it)"),
+        kv([
+          ["customer", ev.order.customer_name, "customer-name"],
+          ["order note", ev.order.note || "(none)", "order-note"],
+          ["source", ev.order.source.tool + " (" + ev.order.source.observation + ")"],
+        ])));
+    }
+    if (ev.policy_passages.length) {
+      parts.push(el("p", { class: "muted" }, "Policy passages retrieved: " + ev.policy_passages.join(", ")));
+    }
+    return el("div", { class: "evidence" }, el("h3", {}, "Evidence the policy used"), parts);
+  }
+
+  function approvalCard(a) {
+    const card = { approval: a, gone: false };
+    card.left = el("span", { class: "left" }, "");
+    card.outcome = el("p", { class: "outcome", role: "alert" });
+    card.note = el("input", { type: "text", maxlength: "200", placeholder: "note (optional, recorded with the decision)", "aria-label": "note" });
+    const decide = async (verb) => {
+      card.grant.disabled = card.deny.disabled = true;
+      card.outcome.className = "outcome";
+      card.outcome.textContent = (verb === "grant" ? "Granting" : "Denying") + "…";
+      const result = await api("POST", "/v1/approvals/" + encodeURIComponent(a.approval_id) + "/" + verb, { note: card.note.value });
+      if (result.ok) {
+        card.gone = true;
+        card.outcome.className = "outcome done";
+        card.outcome.textContent = (result.data.status === "granted" ? "Granted" : "Denied") + " by " + result.data.approver + ". The task resumes on its own.";
+        card.node.classList.add("gone");
+      } else {
+        card.outcome.className = "outcome refused";
+        card.outcome.textContent = "Refused: " + errorText(result);
+        // A refusal for a reason that will not change keeps the buttons off.
+        const final = result.status === 403 || result.status === 409 || result.status === 404;
+        card.grant.disabled = card.deny.disabled = final;
+      }
+    };
+    card.grant = el("button", { type: "button", class: "grant", onclick: () => decide("grant") }, "Grant");
+    card.deny = el("button", { type: "button", class: "deny", onclick: () => decide("deny") }, "Deny");
+    const args = Object.entries(a.args).map(([k, v]) => el("li", {}, el("code", {}, k), " = ", el("code", {}, json(v))));
+    card.node = el("article", { class: "card approval", "data-approval-id": a.approval_id, "data-task-id": a.task_id },
+      el("header", {},
+        el("span", { class: "tool" }, a.tool + "@" + a.tool_version),
+        a.amount ? el("span", { class: "amount" }, a.amount) : null,
+        a.payment_id ? el("span", { class: "payment" }, "payment " + a.payment_id) : null,
+        card.left),
+      el("div", { class: "cols" },
+        el("div", {},
+          el("h3", {}, "The exact action"),
+          el("ul", { class: "args" }, args),
+          kv([
+            ["action hash", a.action_hash, "hash"],
+            ["policy", a.policy_version],
+            ["reason", a.reason],
+            ["requested by", a.requester, "requester"],
+            ["task", el("a", { href: "#timeline/" + encodeURIComponent(a.task_id) }, a.task_id)],
+            ["workflow", a.workflow],
+            ["asked at", fmtTime(a.created_at)],
+            ["expires at", fmtTime(a.expires_at)],
+          ])),
+        evidenceNode(a)),
+      el("footer", {}, card.note, card.grant, card.deny),
+      card.outcome);
+    return card;
+  }
+
+  // -- timeline --------------------------------------------------------------------------------
+
+  async function search(ev) {
+    ev.preventDefault();
+    const q = $("q").value.trim();
+    const status = $("status-filter").value;
+    $("search-error").textContent = "";
+    clear($("timeline"));
+    if (q) {
+      // A task id first when it looks like one, else the idempotency key first.
+      const byId = async () => ID_RE.test(q) ? api("GET", "/v1/tasks/" + encodeURIComponent(q)) : { ok: false };
+      const byKey = async () => api("GET", "/v1/tasks?idempotency_key=" + encodeURIComponent(q));
+      for (const find of q.startsWith("tsk_") ? [byId, byKey] : [byKey, byId]) {
+        const found = await find();
+        if (found.ok) { location.hash = "#timeline/" + encodeURIComponent(found.data.task_id); return; }
+      }
+      $("search-error").textContent = "No task of your tenant has this id or idempotency key.";
+      return;
+    }
+    const result = await api("GET", "/v1/console/tasks?limit=50" + (status ? "&status=" + encodeURIComponent(status) : ""));
+    if (!result.ok) { $("search-error").textContent = errorText(result); return; }
+    const body = $("results").querySelector("tbody");
+    clear(body);
+    for (const t of result.data.tasks) {
+      body.appendChild(el("tr", {},
+        el("td", {}, el("a", { href: "#timeline/" + encodeURIComponent(t.task_id) }, t.task_id)),
+        el("td", {}, t.workflow),
+        el("td", {}, el("span", { class: "badge s-" + t.status }, t.display_status)),
+        el("td", {}, fmtTime(t.created_at)),
+        el("td", {}, fmtTime(t.updated_at))));
+    }
+    show($("results"), true);
+    if (!result.data.tasks.length) $("search-error").textContent = "No tasks.";
+  }
+
+  async function openTimeline(taskId) {
+    const render = async () => {
+      const [tl, evs] = await Promise.all([
+        api("GET", "/v1/console/tasks/" + encodeURIComponent(taskId) + "/timeline"),
+        api("GET", "/v1/tasks/" + encodeURIComponent(taskId) + "/events"),
+      ]);
+      const box = $("timeline");
+      if (!tl.ok) {
+        clear(box);
+        $("search-error").textContent = tl.status === 404 ? "No task of your tenant has this id." : errorText(tl);
+        stopPolling();
+        return;
+      }
+      clear(box);
+      box.appendChild(timelineNode(tl.data, evs.ok ? evs.data.events : []));
+      if (TERMINAL.has(tl.data.task.status)) stopPolling();
+    };
+    show($("results"), false);
+    $("search-error").textContent = "";
+    poll(render, POLL_MS.timeline);
+  }
+
+  function spanKind(s) {
+    if (s.parent === null) return "root";
+    if (s.name === "chat") return "model";
+    if (s.name.startsWith("execute_tool ")) return "tool";
+    if (s.name === "approval.wait") return "wait";
+    if (s.name === "policy.evaluate") return "policy";
+    if (s.name === "reconcile") return "reconcile";
+    return "other";
+  }
+
+  function spanDetail(s) {
+    const a = s.attrs || {};
+    const bits = [];
+    if (s.name === "chat") {
+      bits.push(a["gen_ai.request.model"], (a["gen_ai.usage.input_tokens"] ?? "?") + " in / " + (a["gen_ai.usage.output_tokens"] ?? "?") + " out tokens");
+      if (a.cost_inr !== undefined) bits.push("INR " + a.cost_inr);
+      if (a.step_type) bits.push(a.step_type);
+    }
+    for (const k of ["decision", "policy.version", "outcome", "error.type", "idempotency_key", "reconcile.result", "approval.id"]) {
+      if (a[k] !== undefined && !(s.name === "chat" && k === "outcome" && a[k] === "ok")) bits.push(k + "=" + a[k]);
+    }
+    if (a.worker_held === false) bits.push("worker_held=false");
+    return bits.filter((b) => b !== undefined && b !== null).join("  ");
+  }
+
+  function bar(startMs, durMs, total, cls, title) {
+    const left = Math.min(99.6, (startMs / total) * 100);
+    const width = Math.max(0.4, Math.min(100 - left, (durMs / total) * 100));
+    return el("div", { class: "track" },
+      el("div", { class: "bar " + cls, title, style: { left: left + "%", width: width + "%" } }));
+  }
+
+  function waterfall(data) {
+    const spans = data.trace.spans;
+    if (!spans.length) return el("p", { class: "muted" }, "No events yet.");
+    const total = Math.max(1, Number(spans[0].duration_ms) || 1);
+    const depth = new Map([[spans[0].span_id, 0]]);
+    const rows = [];
+    rows.push(el("div", { class: "wf-row wf-head" },
+      el("span", { class: "wf-name" }, "span"), el("span", { class: "wf-worker" }, "worker"),
+      el("span", { class: "wf-axis" }, "0", el("span", { class: "right" }, fmtMs(total))),
+      el("span", { class: "wf-dur" }, "duration"), el("span", { class: "wf-detail" }, "attributes")));
+    for (const s of spans) {
+      const d = s.parent === null ? 0 : (depth.get(s.parent) ?? 0) + 1;
+      depth.set(s.span_id, d);
+      const kind = spanKind(s);
+      const status = s.status === "ERROR" ? " error" : "";
+      rows.push(el("div", { class: "wf-row k-" + kind + status, "data-span": s.name },
+        el("span", { class: "wf-name", style: { "padding-left": d * 14 + "px" } }, s.name),
+        el("span", { class: "wf-worker" }, (s.attrs && s.attrs.worker) || ""),
+        bar(Number(s.start_ms), Number(s.duration_ms), total, "b-" + kind + status, s.name + " at " + fmtMs(s.start_ms)),
+        el("span", { class: "wf-dur" }, fmtMs(s.duration_ms)),
+        el("span", { class: "wf-detail" }, spanDetail(s))));
+    }
+    for (const c of data.worker_changes) {
+      const label = c.lease_expired ? "lease gap" : "worker change";
+      rows.push(el("div", { class: "wf-row k-gap", "data-span": label },
+        el("span", { class: "wf-name" }, label),
+        el("span", { class: "wf-worker" }, c.from_worker + " → " + c.to_worker),
+        bar(c.start_ms, c.gap_ms, total, "b-gap", label),
+        el("span", { class: "wf-dur" }, fmtMs(c.gap_ms)),
+        el("span", { class: "wf-detail" }, c.lease_expired ? "the lease of " + c.from_worker + " lapsed; " + c.to_worker + " took the task over" : "handed over between steps")));
+    }
+    return el("div", { class: "waterfall" }, rows);
+  }
+
+  function timelineNode(data, events) {
+    const t = data.task;
+    const spans = data.trace.spans;
+    const models = spans.filter((s) => s.name === "chat");
+    const parts = [];
+    parts.push(el("header", { class: "task-head" },
+      el("h2", {}, t.task_id),
+      el("span", { class: "badge s-" + t.status, id: "task-status" }, t.status),
+      el("span", { class: "muted" }, t.display_status)));
+    parts.push(kv([
+      ["workflow", t.workflow], ["trace id", t.trace_id, "hash"], ["attempts", String(t.attempts)],
+      ["created", fmtTime(t.created_at)], ["updated", fmtTime(t.updated_at)],
+      ["redaction", data.trace.redaction ? Object.entries(data.trace.redaction).map(([k, v]) => k + ": " + v).join(" · ") : null],
+    ]));
+    parts.push(el("h3", {}, "Waterfall"), waterfall(data));
+    if (data.worker_changes.length) {
+      parts.push(el("ul", { class: "changes" }, data.worker_changes.map((c) => el("li", {},
+        "worker " + c.from_worker + " → " + c.to_worker + " after " + fmtMs(c.gap_ms) + (c.lease_expired ? " (lease expired)" : "")))));
+    }
+    parts.push(el("h3", {}, "Model calls"));
+    parts.push(el("table", { class: "grid", id: "model-calls" },
+      el("thead", {}, el("tr", {}, ["step", "model", "route", "input tokens", "output tokens", "cost (INR)", "outcome", "worker"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, models.map((s) => {
+        const a = s.attrs || {};
+        return el("tr", {}, el("td", {}, a.step_type || ""), el("td", {}, a["gen_ai.request.model"] || ""), el("td", {}, a.route || ""),
+          el("td", { class: "num" }, a["gen_ai.usage.input_tokens"] ?? ""), el("td", { class: "num" }, a["gen_ai.usage.output_tokens"] ?? ""),
+          el("td", { class: "num" }, a.cost_inr ?? ""), el("td", {}, a.outcome || ""), el("td", {}, a.worker || ""));
+      })),
+      el("tfoot", {}, el("tr", {}, el("td", {}, "total"), el("td", {}, data.model.calls + " calls"), el("td", {}),
+        el("td", { class: "num" }, data.model.input_tokens), el("td", { class: "num" }, data.model.output_tokens),
+        el("td", { class: "num" }, data.model.cost_inr), el("td", {}), el("td", {})))));
+    parts.push(el("h3", {}, "Tool calls"));
+    parts.push(el("table", { class: "grid", id: "tool-calls" },
+      el("thead", {}, el("tr", {}, ["tool", "outcome", "error", "idempotency key", "worker", "duration"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, data.tools.map((c) => el("tr", { class: c.outcome === "unknown" ? "unknown" : null },
+        el("td", {}, c.tool), el("td", {}, c.outcome || ""), el("td", {}, c.error_type || ""),
+        el("td", {}, c.idempotency_key || ""), el("td", {}, c.worker || ""), el("td", { class: "num" }, fmtMs(c.duration_ms)))))));
+    parts.push(el("h3", {}, "Customer reply and verdict"));
+    const v = data.verdict;
+    parts.push(el("p", { id: "verdict", class: v.verified ? "verified" : "unverified" },
+      v.verified === true ? "Verified: every claim in the reply checked against ledger facts." :
+        v.verified === false ? "Not verified." : "No verdict yet.",
+      v.redrafts ? " Redrafts: " + v.redrafts + "." : "",
+      v.reason ? " Reason: " + v.reason : ""));
+    parts.push(data.reply !== null ? el("blockquote", { id: "reply" }, data.reply) : el("p", { class: "muted" }, "No reply yet."));
+    parts.push(el("details", {},
+      el("summary", {}, "Event log (" + events.length + " events, redacted)"),
+      el("table", { class: "grid events" },
+        el("thead", {}, el("tr", {}, ["seq", "at", "event", "transition", "by", "data"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, events.map((e) => el("tr", {},
+          el("td", { class: "num" }, e.seq), el("td", {}, fmtTime(e.at)), el("td", {}, e.type),
+          el("td", {}, (e.from_status || "") + (e.to_status ? " → " + e.to_status : "")),
+          el("td", {}, (e.data && e.data.by) || ""),
+          el("td", { class: "data" }, json(e.data))))))));
+    return el("article", { class: "card timeline", "data-task-id": t.task_id }, parts);
+  }
+
+  // -- queues ----------------------------------------------------------------------------------
+
+  async function loadQueues() {
+    const result = await api("GET", "/v1/console/queues");
+    const box = $("queues");
+    if (!result.ok) { $("queues-error").textContent = "Could not load the queue: " + errorText(result); return; }
+    $("queues-error").textContent = "";
+    const q = result.data;
+    clear(box);
+    box.appendChild(el("table", { class: "grid", id: "queue-table" },
+      el("thead", {}, el("tr", {}, ["tenant", "queue", "depth", "oldest message", "held", "oldest held", "in flight"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, el("tr", {},
+        el("td", {}, q.tenant_id), el("td", {}, el("code", {}, q.queue)),
+        el("td", { class: "num", id: "queue-depth" }, q.depth === null ? "unknown" : q.depth),
+        el("td", { class: "num" }, q.oldest_age_s === null ? "-" : fmtMs(q.oldest_age_s * 1000)),
+        el("td", { class: "num", id: "queue-held" }, q.held),
+        el("td", { class: "num" }, q.held_oldest_s === null ? "-" : fmtMs(q.held_oldest_s * 1000)),
+        el("td", { class: "num", id: "queue-in-flight" }, q.in_flight)))));
+    box.appendChild(el("h3", {}, "Unfinished tasks by status"));
+    const statuses = Object.entries(q.by_status);
+    box.appendChild(statuses.length
+      ? el("ul", { class: "chips", id: "by-status" }, statuses.map(([s, n]) => el("li", {},
+          el("a", { href: "#timeline", onclick: () => { $("status-filter").value = s; } }, el("span", { class: "badge s-" + s }, s), " " + n))))
+      : el("p", { class: "muted" }, "None."));
+    box.appendChild(el("h3", {}, "Dead letters"));
+    box.appendChild(q.dead_letters.length
+      ? el("table", { class: "grid", id: "dead-letters" },
+          el("thead", {}, el("tr", {}, ["task", "workflow", "reason", "attempts", "at"].map((h) => el("th", {}, h)))),
+          el("tbody", {}, q.dead_letters.map((d) => el("tr", {},
+            el("td", {}, el("a", { href: "#timeline/" + encodeURIComponent(d.task_id) }, d.task_id)),
+            el("td", {}, d.workflow), el("td", {}, d.reason), el("td", { class: "num" }, d.attempts), el("td", {}, fmtTime(d.at))))))
+      : el("p", { class: "muted" }, "No dead letters."));
+  }
+
+  // -- start -----------------------------------------------------------------------------------
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const select = $("status-filter");
+    for (const s of STATUSES) select.appendChild(el("option", { value: s }, s));
+    $("login-form").addEventListener("submit", (ev) => { ev.preventDefault(); signIn($("token").value); });
+    $("sign-out").addEventListener("click", () => signOut(""));
+    $("search-form").addEventListener("submit", search);
+    window.addEventListener("hashchange", route);
+    if (token()) signIn(token()); else signOut("");
+  });
+})();
