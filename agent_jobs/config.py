@@ -169,9 +169,7 @@ class Settings(BaseModel):
     tenant_weights: tuple[tuple[str, float], ...] = _setting(
         (), "fair-share weights: `gold=4`", shown="—"
     )
-    fair_quantum_s: float = _setting(
-        0.25, "how far ahead of the lowest a tenant may run (s)", gt=0
-    )
+    fair_quantum_s: float = _setting(0.25, "how far ahead of the lowest a tenant may run (s)", gt=0)
     slot_ttl_s: float = _setting(
         300.0, "a gate or model slot whose holder died comes back after this", gt=0
     )
@@ -211,9 +209,7 @@ class Settings(BaseModel):
     rate_limits: tuple[tuple[str, float, int], ...] = _setting(
         (), "per-tenant rate and burst: `acme=5:10`", shown="—"
     )
-    submit_max_retries: int = _setting(
-        5, "Celery-native submits retried on an empty bucket", ge=0
-    )
+    submit_max_retries: int = _setting(5, "Celery-native submits retried on an empty bucket", ge=0)
     worker_metrics_port: int | None = _setting(
         None, "the port `agent-jobs worker` serves metrics on", shown="unset", ge=1, le=65535
     )

@@ -5,7 +5,7 @@ task parked by failures says why without reading its events.
 
 `approvals.requester_principal` / `approver_principal`: the canonical identity of each subject
 (`core.identity.principal`: NFKC, case-folded, spaces collapsed), written by the store. The
-database's guard against self-approval compares these, so "Alice", " alice" and "ＡＬＩＣＥ" are one
+database's guard against self-approval compares these, so "Alice", " alice" and a full-width "Alice" are one
 person at grant time, at use time and in the database alike.
 
 Revision ID: 0005
