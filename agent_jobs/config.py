@@ -102,6 +102,19 @@ class Settings(BaseModel):
         "operators), then pruned; `0` keeps them",
         ge=0,
     )
+    task_retention_days: float = _setting(
+        30.0,
+        "finished tasks (and their events, effects, approvals) are kept this long, then "
+        "archived and pruned by the archive sweeper; `0` keeps them forever. Pruning frees a "
+        "task's idempotency key: keep it longer than any client retries",
+        ge=0,
+    )
+    archive_dir: str = _setting(
+        "agent_jobs_archive",
+        "where pruned tasks are archived (gzip'd JSON Lines, one task per line); `none`: "
+        "prune without an archive",
+        min_length=1,
+    )
     queue_sync_interval_s: float = _setting(
         1.0, "how often a worker re-reads the tenant directory", gt=0
     )

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from agent_jobs.config import Settings
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import Status
+from agent_jobs.orchestrator.archive import writer_for
 from agent_jobs.orchestrator.ports import (
     BrokerProbe,
     HeldPump,
@@ -26,9 +27,9 @@ log = logging.getLogger(__name__)
 BROKER_LOST_MARK = "broker_lost_before"
 # Every sweeper, listed once: `agent-jobs sweep`, the Celery tasks (queue/tasks.py) and the beat
 # schedule (queue/celery_config.py) are derived from these two.
-KINDS = ("lease", "dispatch", "retry", "unknown", "approvals", "held", "retention")
+KINDS = ("lease", "dispatch", "retry", "unknown", "approvals", "held", "retention", "archive")
 # Sweepers that need not run at every sweep interval: pruning old rows can wait minutes.
-MIN_PERIOD_S = {"retention": 300.0}
+MIN_PERIOD_S = {"retention": 300.0, "archive": 300.0}
 
 
 def periods(interval_s: float) -> dict[str, float]:
@@ -145,6 +146,22 @@ class Sweepers:
             lambda: self.store.sweep_due(Status.APPROVAL_WAIT, self.settings.sweep_batch, cutoff)
         )
         return expired + due
+
+    def archive(self) -> int:
+        """Finished tasks older than `AGENT_JOBS_TASK_RETENTION_DAYS`: archived to
+        `AGENT_JOBS_ARCHIVE_DIR`, then pruned with their events, effects and approvals, in
+        batches, oldest first (see store/archive.py). Growth stays bounded."""
+        days = self.settings.task_retention_days
+        if days <= 0:
+            return 0
+        write = writer_for(self.settings.archive_dir)
+        total = 0
+        for _ in range(MAX_BATCHES):
+            n = self.store.prune_finished(days * 86_400, self.settings.sweep_batch, write)
+            total += n
+            if n < self.settings.sweep_batch:
+                break
+        return total
 
     def retention(self) -> int:
         """Rejected submissions older than `AGENT_JOBS_REJECTED_RETENTION_DAYS` (they explain

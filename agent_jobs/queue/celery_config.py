@@ -12,6 +12,7 @@ from kombu import Exchange, Queue  # type: ignore[attr-defined]
 from agent_jobs.config import settings as _settings
 from agent_jobs.core.names import control_queue as _control_queue
 from agent_jobs.core.names import submit_queue as _submit_queue
+from agent_jobs.orchestrator.sweepers import periods as _sweep_periods
 
 _s = _settings()
 
@@ -65,12 +66,9 @@ task_routes = {
 worker_send_task_events = _s.task_events
 task_send_sent_event = False
 
-# Every sweeper at the sweep interval, except retention: pruning old rows can wait minutes.
-_sweep_every = {
-    kind: _s.sweep_interval_s
-    for kind in ("lease", "dispatch", "retry", "unknown", "approvals", "held")
-}
-_sweep_every["retention"] = max(_s.sweep_interval_s, 300.0)
+# Every sweeper kind (listed once, in orchestrator/sweepers.py) at the sweep interval, except
+# those that prune old rows, which can wait minutes.
+_sweep_every = _sweep_periods(_s.sweep_interval_s)
 
 beat_schedule = {
     f"sweep-{kind}": {

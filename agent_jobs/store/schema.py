@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 
 from agent_jobs.core.identity import principal
-from agent_jobs.core.states import PARKED, RUNNABLE, Status
+from agent_jobs.core.states import PARKED, RUNNABLE, TERMINAL, Status
 from agent_jobs.store.types import JsonType, UTCDateTime
 
 metadata = MetaData(
@@ -130,6 +130,13 @@ tasks = Table(
         "tenant_id",
         "held_since",
         **_partial("held_since IS NOT NULL"),  # type: ignore[arg-type]
+    ),
+    # Finished tasks by when they finished: what the archive sweeper prunes, oldest first
+    # (migration 0008). Finished tasks enter no other sweeper's index.
+    Index(
+        "ix_tasks_finished",
+        "updated_at",
+        **_partial(f"status IN {_in(TERMINAL)}"),  # type: ignore[arg-type]
     ),
     Index(
         "ix_tasks_active_tenant",
@@ -256,4 +263,114 @@ rejected_submissions = Table(
     Column("at", UTCDateTime(), nullable=False),
     Index("ix_rejected_submissions_at", "at"),
     Index("ix_rejected_submissions_tenant_at", "tenant_id", "at"),
+)
+
+# Operator switches in force (migration 0006): one row per (kind, tenant, target), "" meaning
+# every tenant or no target. Turning a switch off deletes its row; `ops_switch_history` keeps
+# every change with who, why and when, and is only ever inserted into.
+ops_switches = Table(
+    "ops_switches",
+    metadata,
+    Column("kind", String(32), nullable=False),
+    Column("tenant_id", String(63), nullable=False),
+    Column("target", String(128), nullable=False),
+    Column("value", JsonType, nullable=False),
+    Column("actor", String(255), nullable=False),
+    Column("reason", String(1000), nullable=False),
+    Column("changed_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("kind", "tenant_id", "target"),
+)
+
+ops_switch_history = Table(
+    "ops_switch_history",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", String(32), nullable=False),
+    Column("tenant_id", String(63), nullable=False),
+    Column("target", String(128), nullable=False),
+    # NULL: the switch was cleared.
+    Column("value", JsonType),
+    Column("actor", String(255), nullable=False),
+    Column("reason", String(1000), nullable=False),
+    Column("at", UTCDateTime(), nullable=False),
+    Index("ix_ops_switch_history_at", "at"),
+)
+
+# Dead letters that were replayed: the `dead_letters` row moves here in the transaction that
+# resumes the task, so replaying it twice does nothing and the task may be dead-lettered again.
+dead_letter_replays = Table(
+    "dead_letter_replays",
+    metadata,
+    Column("task_id", String(40), ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("dead_lettered_at", UTCDateTime(), nullable=False),
+    Column("tenant_id", String(63), nullable=False),
+    Column("workflow", String(80), nullable=False),
+    Column("reason", String(1000), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("replayed_by", String(255), nullable=False),
+    Column("why", String(1000), nullable=False),
+    Column("replayed_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("task_id", "dead_lettered_at"),
+)
+
+# The incident query "every task that used tool X in a window" (migration 0006).
+Index("ix_effects_tool_created", effects.c.tool, effects.c.created_at)
+
+# -- releases (migration 0007) -----------------------------------------------------------------
+# A manifest, stored once and never changed: what gets evaluated, rolled out and rolled back.
+releases = Table(
+    "releases",
+    metadata,
+    Column("release_id", String(63), primary_key=True),
+    Column("workflow", String(80), nullable=False),
+    Column("manifest", JsonType, nullable=False),
+    Column("created_by", String(255), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    # NULL until `release eval` ran: "passed" / "failed", with the suite's summary.
+    Column("eval_status", String(16)),
+    Column("eval_summary", JsonType),
+)
+
+# What is live per workflow: the incumbent, and a candidate in shadow or canary.
+release_rollouts = Table(
+    "release_rollouts",
+    metadata,
+    Column("workflow", String(80), primary_key=True),
+    Column("incumbent", String(63)),
+    Column("candidate", String(63)),
+    Column("mode", String(16), nullable=False),
+    Column("traffic_percent", Integer, nullable=False),
+    Column("updated_by", String(255), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    CheckConstraint("mode IN ('none', 'shadow', 'canary')", name="mode"),
+    CheckConstraint("traffic_percent BETWEEN 0 AND 100", name="percent"),
+)
+
+# Per tenant: an explicit release (evals, a customer held back) and the rollout phase it is in.
+release_tenants = Table(
+    "release_tenants",
+    metadata,
+    Column("tenant_id", String(63), nullable=False),
+    Column("workflow", String(80), nullable=False),
+    Column("release_id", String(63)),
+    Column("phase", String(32)),
+    Column("evidence", JsonType),
+    Column("updated_by", String(255), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("tenant_id", "workflow"),
+)
+
+# Every create, eval, promotion, rollback, canary start and automatic revert: append-only.
+release_history = Table(
+    "release_history",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("workflow", String(80), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("release_id", String(63)),
+    Column("actor", String(255), nullable=False),
+    Column("reason", String(1000), nullable=False),
+    Column("data", JsonType),
+    Column("at", UTCDateTime(), nullable=False),
+    Index("ix_release_history_workflow_at", "workflow", "at"),
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +32,11 @@ from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import PARKED, TERMINAL, Status
 from agent_jobs.store import prepared, sweeps
 from agent_jobs.store.approvals import ApprovalStore
+from agent_jobs.store.archive import ArchiveStore
 from agent_jobs.store.ids import new_id, new_trace_id
 from agent_jobs.store.maintenance import MaintenanceStore
+from agent_jobs.store.ops import OpsStore
+from agent_jobs.store.releases import ReleaseStore
 from agent_jobs.store.rows import (
     CommitResult,
     CreateResult,
@@ -49,7 +54,14 @@ from agent_jobs.store.schema import (
 )
 from agent_jobs.store.submissions import SubmissionStore
 from agent_jobs.store.types import db_now, db_now_plus
-from agent_jobs.store.writes import append_event, apply_patch, apply_patch_lean, insert_ignore
+from agent_jobs.store.writes import (
+    append_event,
+    apply_patch,
+    apply_patch_lean,
+    apply_patch_unchanged,
+    insert_ignore,
+    single_statement,
+)
 
 _TERMINAL = [s.value for s in TERMINAL]
 _NOT_TERMINAL = text("tasks.status NOT IN (" + ", ".join(f"'{s}'" for s in sorted(_TERMINAL)) + ")")
@@ -99,7 +111,9 @@ class CancelResult:
     dispatch: Dispatch | None
 
 
-class Store(ApprovalStore, SubmissionStore, MaintenanceStore):
+class Store(
+    ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsStore, ArchiveStore
+):
     """Tasks, events, effects, approvals, submissions and dead letters, on Postgres or SQLite.
 
     This class holds the task and effect queries; the others come from the classes it is made of
@@ -250,15 +264,61 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore):
             task=task, owner=owner, epoch=task.lease_epoch, expires_at=task.lease_expires_at
         )
 
+    @contextmanager
+    def step_conn(self) -> Iterator[Connection]:
+        """The connection one step reads, claims and commits on.
+
+        On Postgres it autocommits: each of the step's statements (the read, then the claim or
+        the compare-and-set that writes the row and its event) is atomic by itself, and the
+        compare-and-set fences whatever happened between them, so a transaction around them
+        would only add two round trips (BEGIN, COMMIT) to every step. On SQLite it is one
+        transaction, as before (the write lock taken at BEGIN orders the embedded workers)."""
+        if self.dialect != "postgresql":
+            with self.tx() as conn:
+                yield conn
+            return
+        with self.engine.connect() as conn:
+            # The driver's own switch, not SQLAlchemy's `isolation_level="AUTOCOMMIT"`: that
+            # one is undone on the connection's return to the pool with a `SET` sent to the
+            # server, a round trip per step. psycopg2's flag is client-side: it changes nothing
+            # on the server, and with it set `rollback()` (SQLAlchemy's reset) sends nothing.
+            dbapi = conn.connection.dbapi_connection
+            dbapi.autocommit = True  # type: ignore[union-attr]
+            try:
+                yield conn
+            finally:
+                if conn.in_transaction():
+                    conn.rollback()  # SQLAlchemy's bookkeeping only: nothing is open
+                dbapi.autocommit = False  # type: ignore[union-attr]
+
     def commit_read(
         self, conn: Connection, task: TaskRow, patch: Patch, *, actor: str
-    ) -> Dispatch | None:
-        """Apply a transition to a task read by `peek_claimable` in this transaction, if nobody
-        moved it since (compare-and-set on version, lease epoch and owner as read). Returns the
-        dispatch to publish after the commit; `StaleTransition` if the CAS lost."""
-        return apply_patch_lean(
-            conn, task, owner=task.lease_owner, epoch=task.lease_epoch, patch=patch, actor=actor
-        )
+    ) -> tuple[TaskRow | None, Dispatch | None]:
+        """Apply a transition to a task read by `peek_claimable` on `conn` (a `step_conn`), if
+        nobody moved it since (compare-and-set on version, lease epoch and owner as read).
+        Returns the new row (Postgres, one-statement patches; else None) and the dispatch to
+        publish after the commit; `StaleTransition` if the CAS lost. A patch that writes more
+        than the row and its event gets a transaction of its own."""
+        owner, epoch = task.lease_owner, task.lease_epoch
+        if self.dialect != "postgresql":
+            return None, apply_patch_lean(
+                conn, task, owner=owner, epoch=epoch, patch=patch, actor=actor
+            )
+        if single_statement(patch):
+            return apply_patch(
+                conn, task, owner=owner, epoch=epoch, patch=patch, lease_ttl_s=0.0, actor=actor
+            )
+        with self.tx() as tx:
+            return None, apply_patch_lean(
+                tx, task, owner=owner, epoch=epoch, patch=patch, actor=actor
+            )
+
+    def commit_unchanged(
+        self, conn: Connection, task: TaskRow, patch: Patch, *, actor: str
+    ) -> tuple[TaskRow, Dispatch | None]:
+        """`commit_read` for a row this process committed itself and did not read again (see
+        `writes.apply_patch_unchanged`). `StaleTransition` means: read it, and try again."""
+        return apply_patch_unchanged(conn, task, patch=patch, actor=actor)
 
     def renew(self, lease: Lease, ttl_s: float) -> Lease:
         """Heartbeat: push the expiry out. `StaleTransition` if the lease was lost."""

@@ -5,7 +5,6 @@ each row once. On SQLite and Postgres."""
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from datetime import timedelta
 
 from sqlalchemy import update
@@ -41,7 +40,7 @@ def _left(store: Store) -> set[str]:
 
 
 def _sweepers(store: Store, **overrides: object) -> Sweepers:
-    settings = replace(TEST_SETTINGS, **overrides)  # type: ignore[arg-type]
+    settings = TEST_SETTINGS.with_overrides(**overrides)
     return Sweepers(store, RecordingPublisher(), settings, LostBroker())
 
 

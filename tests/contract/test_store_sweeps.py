@@ -8,7 +8,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -53,7 +53,8 @@ def lost_lease_patch(task: Any) -> Any:
 
 
 PER_KIND = 150  # due tasks of each of the seven kinds below: 1,050 in all
-SETTINGS = replace(TEST_SETTINGS, sweep_batch=25)  # many small batches: the sweepers interleave
+# Many small batches: the sweepers interleave.
+SETTINGS = TEST_SETTINGS.with_overrides(sweep_batch=25)
 
 
 @dataclass

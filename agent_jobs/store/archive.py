@@ -1,0 +1,86 @@
+"""Bounded growth: finished tasks past their retention are archived, then pruned, in batches.
+
+A task that ended (COMPLETED, ESCALATED, FAILED, CANCELLED) more than the retention ago is read
+with everything that hangs off it — events, effects, approvals, dead letters — handed to the
+archive writer (which must have made it durable when it returns), and deleted in the same
+transaction (the foreign keys cascade). Oldest first, through a partial index that holds only
+finished tasks (`ix_tasks_finished`), so a prune costs what it removes and the hot path, which
+never reads finished rows, does not see it. Two sweepers at once split the rows (SKIP LOCKED).
+
+Pruning frees a task's idempotency key: the retention must be longer than any client retries a
+submission.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Table, delete, select
+
+from agent_jobs.core.states import TERMINAL
+from agent_jobs.store.base import StoreBase
+from agent_jobs.store.schema import approvals, dead_letters, effects, task_events, tasks
+
+# An archived task: its row and every row that hangs off it, as JSON-ready values.
+Record = dict[str, Any]
+Writer = Callable[[list[Record]], None]
+FINISHED = sorted(s.value for s in TERMINAL)
+
+
+def _jsonable(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def _rows(conn: Connection, table: Table, ids: Sequence[str], order: Any) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {i: [] for i in ids}
+    for row in conn.execute(select(table).where(table.c.task_id.in_(ids)).order_by(order)):
+        m = row._mapping
+        out[m["task_id"]].append({k: _jsonable(v) for k, v in m.items()})
+    return out
+
+
+class ArchiveStore(StoreBase):
+    def prune_finished(self, older_than_s: float, limit: int, write: Writer) -> int:
+        """Archive (through `write`) and delete up to `limit` tasks that finished more than
+        `older_than_s` ago by the database clock; the number pruned."""
+        before = self.db_now() - timedelta(seconds=older_than_s)
+        oldest = (
+            select(tasks)
+            .where(tasks.c.status.in_(FINISHED) & (tasks.c.updated_at < before))
+            .order_by(tasks.c.updated_at)
+            .limit(limit)
+        )
+        if self.dialect == "postgresql":
+            oldest = oldest.with_for_update(skip_locked=True)
+        with self.tx() as conn:
+            found = [dict(r._mapping) for r in conn.execute(oldest)]
+            if not found:
+                return 0
+            ids = [t["id"] for t in found]
+            events = _rows(conn, task_events, ids, task_events.c.seq)
+            effs = _rows(conn, effects, ids, effects.c.created_at)
+            apprs = _rows(conn, approvals, ids, approvals.c.created_at)
+            dead = _rows(conn, dead_letters, ids, dead_letters.c.at)
+            records = [
+                {
+                    "task": {k: _jsonable(v) for k, v in t.items()},
+                    "events": events[t["id"]],
+                    "effects": effs[t["id"]],
+                    "approvals": apprs[t["id"]],
+                    "dead_letters": dead[t["id"]],
+                }
+                for t in found
+            ]
+            write(records)  # durable before the rows go; if it raises, nothing is deleted
+            conn.execute(delete(tasks).where(tasks.c.id.in_(ids)))
+            return len(ids)
+
+    def count_finished(self) -> int:
+        """How many finished tasks the database holds (for benches and `agent-jobs status`)."""
+        from sqlalchemy import func  # noqa: PLC0415
+
+        q = select(func.count()).select_from(tasks).where(tasks.c.status.in_(FINISHED))
+        with self.engine.connect() as conn:
+            return int(conn.execute(q).scalar_one())
