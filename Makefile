@@ -20,13 +20,14 @@ SERVICE_ENV := AGENT_JOBS_DATABASE_URL=$(PG_URL)/agent_jobs AGENT_JOBS_BROKER_UR
 	AGENT_JOBS_JWT_SECRET="$${AGENT_JOBS_JWT_SECRET:-$$(cat $(SECRET_FILE))}" \
 	AGENT_JOBS_TOOL_SECRET="$${AGENT_JOBS_TOOL_SECRET:-$$(cat $(TOOL_SECRET_FILE))}"
 
-.PHONY: install demo demo-example test lint format bench bench-transitions bench-fairness bench-sweep bench-scale \
+.PHONY: install demo demo-example test eval lint format bench bench-transitions bench-fairness bench-sweep bench-scale \
 	chaos db sim api worker beat flower token schemathesis compose-config clean help
 
 help:
 	@echo "make install   create .venv and install agent_jobs with its dev tools"
 	@echo "make demo      the payout and refund incidents end to end, embedded (no services needed)"
 	@echo "make test      the test suite (Postgres/Redis tests skip if those are down)"
+	@echo "make eval      the golden-refund and safety eval suites (5 runs a case; exit status = gate)"
 	@echo "make lint      ruff and mypy --strict"
 	@echo "make bench     the runtime's three benchmarks on Postgres + Redis"
 	@echo "make bench-scale   scale and fairness: 1000 tenants, a noisy neighbour, cost-weighted shares"
@@ -53,6 +54,10 @@ demo-example: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pytest -q
+
+eval: $(STAMP)
+	$(BIN)/agent-jobs eval --suite golden-refund --json eval-golden.json --html eval-golden.html
+	$(BIN)/agent-jobs eval --suite safety --json eval-safety.json --html eval-safety.html
 
 lint: $(STAMP)
 	$(BIN)/ruff check agent_jobs tests db celeryconfig.py

@@ -22,7 +22,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agent_jobs.cli import bench, ops, tasks  # noqa: PLC0415 - keep `--help` fast
+    from agent_jobs.cli import (  # noqa: PLC0415 - keep `--help` fast
+        bench,
+        incidents,
+        ops,
+        switches,
+        tasks,
+        trace,
+    )
 
     parser = _Parser(
         prog="agent-jobs",
@@ -34,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for module in (tasks, ops, bench):
+    for module in (tasks, ops, bench, trace, switches, incidents):
         module.register(sub)
     for extra in _optional_modules():
         extra.register(sub)
@@ -46,7 +53,12 @@ def _optional_modules() -> list[ModuleType]:
     import importlib  # noqa: PLC0415
 
     found: list[ModuleType] = []
-    for name in ("agent_jobs.cli.agent", "agent_jobs.cli.service"):
+    for name in (
+        "agent_jobs.cli.agent",
+        "agent_jobs.cli.service",
+        "agent_jobs.cli.evals",
+        "agent_jobs.cli.releases",
+    ):
         try:
             found.append(importlib.import_module(name))
         except ModuleNotFoundError as exc:

@@ -1,0 +1,186 @@
+"""`agent-jobs release create|show|list|eval|promote|rollback|canary|shadow|guardrails|phase`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ACTOR = "cli"
+
+
+def _service() -> Any:
+    from agent_jobs.queue.runtime import get_runtime  # noqa: PLC0415
+    from agent_jobs.releases.rollout import ReleaseService  # noqa: PLC0415
+
+    return ReleaseService(get_runtime().store)
+
+
+def _print(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def register(sub: Any) -> None:  # noqa: PLR0915 - one parser per subcommand
+    p = sub.add_parser("release", help="release manifests: create, evaluate, roll out, roll back")
+    rs = p.add_subparsers(dest="release_command", metavar="RELEASE")
+    rs.required = True
+
+    c = rs.add_parser("create", help="store a manifest (JSON file); every named version must exist")
+    c.add_argument("manifest")
+    c.add_argument("--actor", default=ACTOR)
+    c.set_defaults(func=cmd_create)
+
+    s = rs.add_parser("show", help="a release's manifest and eval result")
+    s.add_argument("release_id")
+    s.set_defaults(func=cmd_show)
+
+    ls = rs.add_parser("list", help="releases, the live rollout and recent history")
+    ls.add_argument("--workflow", default="refund_resolution@3")
+    ls.set_defaults(func=cmd_list)
+
+    e = rs.add_parser("eval", help="run the release's eval suite; records the result (the gate)")
+    e.add_argument("release_id")
+    e.add_argument("--runs", type=int, default=5)
+    e.add_argument("--limit", type=int, default=None)
+    e.set_defaults(func=cmd_eval)
+
+    pr = rs.add_parser("promote", help="make the release the incumbent (needs a passing eval)")
+    pr.add_argument("release_id")
+    pr.add_argument("--reason", required=True)
+    pr.add_argument("--force", action="store_true", help="promote without a passing eval")
+    pr.add_argument("--actor", default=ACTOR)
+    pr.set_defaults(func=cmd_promote)
+
+    rb = rs.add_parser(
+        "rollback", help="back to the previous incumbent; in-flight tasks keep theirs"
+    )
+    rb.add_argument("--workflow", default="refund_resolution@3")
+    rb.add_argument("--reason", required=True)
+    rb.add_argument("--actor", default=ACTOR)
+    rb.set_defaults(func=cmd_rollback)
+
+    ca = rs.add_parser("canary", help="route PERCENT of tenants (stable by tenant) to the release")
+    ca.add_argument("release_id")
+    ca.add_argument("--percent", type=int, required=True)
+    ca.add_argument("--reason", default="canary")
+    ca.add_argument("--actor", default=ACTOR)
+    ca.set_defaults(func=cmd_canary)
+
+    sh = rs.add_parser("shadow", help="run the release on copies of recent live tasks; agreement")
+    sh.add_argument("release_id")
+    sh.add_argument("--window-s", type=float, default=3600.0)
+    sh.add_argument("--limit", type=int, default=50)
+    sh.set_defaults(func=cmd_shadow)
+
+    g = rs.add_parser("guardrails", help="check the canary's window; revert it on a breach")
+    g.add_argument("--workflow", default="refund_resolution@3")
+    g.add_argument("--window-s", type=float, default=3600.0)
+    g.set_defaults(func=cmd_guardrails)
+
+    ph = rs.add_parser(
+        "phase", help="move a tenant along the phase ladder with the gate's evidence"
+    )
+    ph.add_argument("tenant")
+    ph.add_argument("phase")
+    ph.add_argument("--evidence", default="{}", help="JSON object")
+    ph.add_argument("--workflow", default="refund_resolution@3")
+    ph.add_argument("--actor", default=ACTOR)
+    ph.set_defaults(func=cmd_phase)
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    data = json.loads(Path(args.manifest).read_text(encoding="utf-8"))
+    row, created = _service().create(data, args.actor)
+    print(f"{'created' if created else 'exists'} {row.release_id} ({row.workflow})")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    row = _service().store.get_release(args.release_id)
+    _print({**row.__dict__})
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    svc = _service()
+    ro = svc.store.rollout(args.workflow)
+    print(f"live: {ro.__dict__ if ro else 'none (built-in pins)'}")
+    for r in svc.store.list_releases(args.workflow):
+        print(
+            f"  {r.release_id:<32} eval={r.eval_status or '-':<7} "
+            f"by {r.created_by} at {r.created_at}"
+        )
+    print("history:")
+    for h in svc.store.release_history(args.workflow, limit=20):
+        print(f"  {h.at} {h.action:<14} {h.release_id or '-':<28} {h.actor}: {h.reason}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from agent_jobs.evals.report import text_summary  # noqa: PLC0415
+    from agent_jobs.evals.runner import run_suite  # noqa: PLC0415
+    from agent_jobs.evals.suites import suite  # noqa: PLC0415
+
+    svc = _service()
+    manifest = svc.manifest(args.release_id)
+    report = run_suite(suite(manifest.eval_suite), runs=args.runs, limit=args.limit)
+    passed = report["overall"]["gate"] == "pass"
+    svc.store.record_release_eval(args.release_id, passed, report["overall"], ACTOR)
+    print(text_summary(report))
+    return 0 if passed else 1
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    ro = _service().promote(args.release_id, args.actor, args.reason, force=args.force)
+    print(f"{ro.workflow}: incumbent {ro.incumbent}")
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    ro = _service().rollback(args.workflow, args.actor, args.reason)
+    print(f"{ro.workflow}: incumbent {ro.incumbent or 'none (built-in pins)'}")
+    return 0
+
+
+def cmd_canary(args: argparse.Namespace) -> int:
+    if not 0 <= args.percent <= 100:
+        print("agent-jobs: error: --percent must be 0..100", file=sys.stderr)
+        return 2
+    ro = _service().start(args.release_id, "canary", args.percent, args.actor, args.reason)
+    print(f"{ro.workflow}: canary {ro.candidate} at {ro.traffic_percent}% of tenants")
+    return 0
+
+
+def cmd_shadow(args: argparse.Namespace) -> int:
+    from agent_jobs.releases.shadow import shadow_report  # noqa: PLC0415
+
+    svc = _service()
+    manifest = svc.manifest(args.release_id)
+    _print(
+        shadow_report(
+            svc.store,
+            manifest.to_json(),
+            workflow=manifest.workflow,
+            window_s=args.window_s,
+            limit=args.limit,
+        )
+    )
+    return 0
+
+
+def cmd_guardrails(args: argparse.Namespace) -> int:
+    from agent_jobs.releases.rollout import Guardrails  # noqa: PLC0415
+
+    result = _service().check_guardrails(args.workflow, Guardrails(window_s=args.window_s))
+    _print(result)
+    return 1 if result["reverted"] else 0
+
+
+def cmd_phase(args: argparse.Namespace) -> int:
+    _service().set_phase(
+        args.tenant, args.workflow, args.phase, json.loads(args.evidence), args.actor
+    )
+    print(f"{args.tenant}: {args.phase}")
+    return 0

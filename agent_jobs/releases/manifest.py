@@ -1,0 +1,152 @@
+"""A release manifest (seed 004): the seven things that change an agent's behaviour, named together.
+
+A manifest is what gets evaluated, rolled out and rolled back. It is validated twice: its shape
+here (pydantic), and that every version it names exists in this deployment (`Catalog.check`), so
+a manifest naming a prompt or route no worker ships is refused when it is created, not when the
+first task pinned to it fails.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent_jobs.core.errors import AgentJobsError
+
+_ID = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+
+# Retrieval indexes this deployment can serve. The simulator's policy documents are the index.
+RETRIEVAL_INDEXES = frozenset({"policy-kb@2026-03-10"})
+
+
+class ReleaseInvalid(AgentJobsError):
+    """A manifest is malformed or names a version that does not exist."""
+
+    code = "release_invalid"
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("invalid release manifest: " + "; ".join(self.problems))
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Flags(_Frozen):
+    """Behaviour switches that apply without a deploy. `auto_execute_under_minor`: refunds below
+    this amount (minor units) may execute without approval; 0 means every refund needs a human."""
+
+    auto_execute_under_minor: int = Field(default=0, ge=0)
+
+
+class Rollout(_Frozen):
+    mode: Literal["shadow", "canary", "full"] = "full"
+    traffic_percent: int = Field(default=100, ge=0, le=100)
+    flags: Flags = Field(default_factory=Flags)
+
+
+class Manifest(_Frozen):
+    """`release_id` plus exact versions of route, prompt, tool schemas, workflow, policy bundle,
+    retrieval index and eval suite (the seed's JSON, field for field)."""
+
+    release_id: str = Field(pattern=_ID.pattern)
+    model_route: str = Field(min_length=3)
+    prompt: str = Field(min_length=1)
+    tool_schemas: dict[str, str] = Field(min_length=1)
+    workflow: str = Field(min_length=3)
+    policy_bundle: str = Field(min_length=3)
+    retrieval_index: str = Field(min_length=3)
+    eval_suite: str = Field(min_length=3)
+    rollout: Rollout = Field(default_factory=Rollout)
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any]) -> Manifest:
+        """Validate the shape, raising `ReleaseInvalid` with one line per problem."""
+        try:
+            return cls.model_validate(dict(data))
+        except ValidationError as exc:
+            raise ReleaseInvalid(
+                f"{'.'.join(str(p) for p in e['loc']) or 'manifest'}: {e['msg']}"
+                for e in exc.errors()
+            ) from None
+
+    def pins(self) -> dict[str, Any]:
+        """What a task created under this release pins, on top of the workflow's own pins."""
+        from agent_jobs.store.releases import release_pins  # noqa: PLC0415
+
+        return release_pins(self.to_json())
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The versions this deployment ships; `check` refuses a manifest naming anything else."""
+
+    workflows: frozenset[str]
+    routes: frozenset[str]
+    prompts: frozenset[str]
+    tools: Mapping[str, frozenset[str]]
+    policies: frozenset[str]
+    indexes: frozenset[str] = RETRIEVAL_INDEXES
+    suites: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def current(cls, environ: Mapping[str, str] | None = None) -> Catalog:
+        """What this process would run: registered workflows, configured model routes, the
+        shipped prompt and tool versions, policy bundles and registered eval suites."""
+        import os  # noqa: PLC0415
+
+        from agent_jobs.evals.suites import suite_versions  # noqa: PLC0415
+        from agent_jobs.policy.bundles import known_versions  # noqa: PLC0415
+        from agent_jobs.workflows import default_registry  # noqa: PLC0415
+        from agent_jobs.workflows.refund import PROMPT_VERSION, TOOL_VERSIONS  # noqa: PLC0415
+        from agent_jobs.workflows.refund.wiring import (  # noqa: PLC0415
+            MODEL_ROUTES,
+            routes_and_providers,
+        )
+
+        env = os.environ if environ is None else environ
+        routes, _ = routes_and_providers(env.get(MODEL_ROUTES) or None)
+        return cls(
+            workflows=frozenset(default_registry().names()),
+            routes=frozenset(routes),
+            prompts=frozenset({PROMPT_VERSION}),
+            tools={name: frozenset({v}) for name, v in TOOL_VERSIONS.items()},
+            policies=frozenset(known_versions()),
+            suites=frozenset(suite_versions()),
+        )
+
+    def problems(self, m: Manifest) -> list[str]:
+        out = []
+        for what, value, known in (
+            ("workflow", m.workflow, self.workflows),
+            ("model_route", m.model_route, self.routes),
+            ("prompt", m.prompt, self.prompts),
+            ("policy_bundle", m.policy_bundle, self.policies),
+            ("retrieval_index", m.retrieval_index, self.indexes),
+            ("eval_suite", m.eval_suite, self.suites),
+        ):
+            if value not in known:
+                out.append(f"{what} {value!r} does not exist (known: {', '.join(sorted(known))})")
+        for tool, version in sorted(m.tool_schemas.items()):
+            if tool not in self.tools:
+                out.append(f"tool_schemas: no tool {tool!r}")
+            elif version not in self.tools[tool]:
+                out.append(
+                    f"tool_schemas: {tool} version {version!r} does not exist "
+                    f"(known: {', '.join(sorted(self.tools[tool]))})"
+                )
+        return out
+
+    def check(self, m: Manifest) -> Manifest:
+        found = self.problems(m)
+        if found:
+            raise ReleaseInvalid(found)
+        return m

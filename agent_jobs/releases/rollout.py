@@ -1,0 +1,294 @@
+"""Rollout: promote, roll back, canary by tenant, guardrails that revert a canary and say why,
+and seed 004's phase ladder per tenant with the evidence each gate needs.
+
+A task is pinned at creation to the release it began under (`Orchestrator.submit` asks the store
+for `release_pins`), so a promotion or a rollback changes what *new* tasks get; in-flight tasks
+finish under their own route and prompt, while policy is evaluated at decision time regardless.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from agent_jobs.releases.manifest import Catalog, Manifest, ReleaseInvalid
+from agent_jobs.store.releases import ReleaseConflict, ReleaseRow, RolloutRow, tenant_bucket
+
+__all__ = ["PHASES", "Guardrails", "ReleaseService", "WindowStats", "tenant_bucket"]
+
+# Seed 004's ladder; each step names the evidence its gate needs (from the phase being exited).
+PHASES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("shadow", {}),
+    ("read_only_assistant", {"golden_suite": "pass", "shadow_agreement_min": 0.9}),
+    ("bounded_tools", {"factual_accuracy_min": 0.95, "safety_failures_max": 0}),
+    ("approved_refunds", {"reconciliation_verified": True, "safety_failures_max": 0}),
+    ("bounded_autonomy", {"approval_rejection_rate_max": 0.05, "safety_failures_max": 0}),
+)
+PHASE_NAMES = tuple(p for p, _ in PHASES)
+
+
+def gate_problems(phase: str, evidence: dict[str, Any]) -> list[str]:
+    """What `evidence` lacks to enter `phase` (empty: the gate passes)."""
+    need = dict(PHASES)[phase]
+    out = []
+    for key, want in need.items():
+        have = evidence.get(key.removesuffix("_min").removesuffix("_max"))
+        if have is None:
+            out.append(f"missing evidence {key.removesuffix('_min').removesuffix('_max')!r}")
+        elif key.endswith("_min") and float(have) < float(want):
+            out.append(f"{key}: {have} < {want}")
+        elif key.endswith("_max") and float(have) > float(want):
+            out.append(f"{key}: {have} > {want}")
+        elif not key.endswith(("_min", "_max")) and have != want:
+            out.append(f"{key}: {have!r} != {want!r}")
+    return out
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """Online figures of one release's tasks over a window."""
+
+    tasks: int
+    escalation_rate: float
+    denied_proposal_rate: float
+    verified_success_rate: float
+    cost_per_task: float
+
+
+@dataclass(frozen=True)
+class Guardrails:
+    """A breach of any of these by the candidate, against the incumbent, reverts the canary."""
+
+    window_s: float = 3600.0
+    min_tasks: int = 5
+    max_escalation_increase: float = 0.10
+    max_denied_increase: float = 0.10
+    max_success_drop: float = 0.10
+    max_cost_ratio: float = 1.25
+
+    def breaches(self, candidate: WindowStats, incumbent: WindowStats) -> list[str]:
+        if candidate.tasks < self.min_tasks:
+            return []
+        out = []
+        if candidate.escalation_rate - incumbent.escalation_rate > self.max_escalation_increase:
+            out.append(
+                f"escalation rate {candidate.escalation_rate:.2f} "
+                f"vs {incumbent.escalation_rate:.2f}"
+            )
+        if (
+            candidate.denied_proposal_rate - incumbent.denied_proposal_rate
+            > self.max_denied_increase
+        ):
+            out.append(
+                f"denied-proposal rate {candidate.denied_proposal_rate:.2f} vs "
+                f"{incumbent.denied_proposal_rate:.2f}"
+            )
+        if (
+            incumbent.verified_success_rate - candidate.verified_success_rate
+            > self.max_success_drop
+        ):
+            out.append(
+                f"verified success rate {candidate.verified_success_rate:.2f} vs "
+                f"{incumbent.verified_success_rate:.2f}"
+            )
+        if incumbent.cost_per_task > 0 and (
+            candidate.cost_per_task / incumbent.cost_per_task > self.max_cost_ratio
+        ):
+            out.append(
+                f"cost per task {candidate.cost_per_task:.3f} vs {incumbent.cost_per_task:.3f}"
+            )
+        return out
+
+
+_FINISHED = {"COMPLETED", "ESCALATED", "FAILED", "CANCELLED"}
+
+
+def window_stats(tasks: list[Any]) -> WindowStats:
+    done = [t for t in tasks if t.status in _FINISHED]
+    n = len(done)
+    if n == 0:
+        return WindowStats(0, 0.0, 0.0, 0.0, 0.0)
+    escalated = sum(t.status in ("ESCALATED", "FAILED") for t in done)
+    denied = sum(
+        any(
+            e.get("kind") == "gate" and e.get("decision") == "deny"
+            for e in t.state.get("history") or []
+        )
+        for t in done
+    )
+    verified = sum(
+        t.status == "COMPLETED"
+        and (t.outcome or {}).get("verified", not (t.outcome or {}).get("refund_id")) is True
+        for t in done
+    )
+    cost = sum(
+        Decimal(str(((t.state.get("model") or {}).get("usage") or {}).get("cost") or 0))
+        for t in done
+    )
+    return WindowStats(n, escalated / n, denied / n, verified / n, float(cost) / n)
+
+
+class ReleaseService:
+    """The release operations the CLI (and, later, the API and console) call."""
+
+    def __init__(self, store: Any, catalog: Catalog | None = None) -> None:
+        self.store = store
+        self._catalog = catalog
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = Catalog.current()
+        return self._catalog
+
+    def create(self, data: dict[str, Any], actor: str) -> tuple[ReleaseRow, bool]:
+        manifest = self.catalog.check(Manifest.parse(data))
+        return self.store.create_release(manifest.to_json(), actor)  # type: ignore[no-any-return]
+
+    def manifest(self, release_id: str) -> Manifest:
+        return Manifest.parse(self.store.get_release(release_id).manifest)
+
+    def _rollout(self, workflow: str) -> RolloutRow | None:
+        return self.store.rollout(workflow)  # type: ignore[no-any-return]
+
+    def promote(
+        self, release_id: str, actor: str, reason: str, *, force: bool = False
+    ) -> RolloutRow:
+        """Make `release_id` the incumbent of its workflow: every new task gets it."""
+        row = self.store.get_release(release_id)
+        if row.eval_status != "passed" and not force:
+            raise ReleaseInvalid(
+                [f"release {release_id} has no passing eval ({row.eval_status or 'not run'})"]
+            )
+        self.catalog.check(Manifest.parse(row.manifest))  # still deployable here
+        cur = self._rollout(row.workflow)
+        return self.store.change_rollout(  # type: ignore[no-any-return]
+            row.workflow,
+            action="promote",
+            actor=actor,
+            reason=reason,
+            expect=cur,
+            incumbent=release_id,
+            candidate=None,
+            mode="none",
+            traffic_percent=0,
+            release_id=release_id,
+            data={"previous": cur.incumbent if cur else None},
+        )
+
+    def rollback(self, workflow: str, actor: str, reason: str) -> RolloutRow:
+        """Back to the incumbent before the current one (from the history). In-flight tasks keep
+        the release they were pinned to; only new tasks change."""
+        cur = self._rollout(workflow)
+        if cur is None or cur.incumbent is None:
+            raise ReleaseConflict(f"{workflow} has no release to roll back from")
+        previous = None
+        for h in self.store.release_history(workflow):
+            if h.action in ("promote", "rollback") and h.release_id == cur.incumbent:
+                previous = (h.data or {}).get("previous")
+                break
+        return self.store.change_rollout(  # type: ignore[no-any-return]
+            workflow,
+            action="rollback",
+            actor=actor,
+            reason=reason,
+            expect=cur,
+            incumbent=previous,
+            candidate=None,
+            mode="none",
+            traffic_percent=0,
+            release_id=previous,
+            data={"previous": None, "from": cur.incumbent},
+        )
+
+    def start(
+        self, release_id: str, mode: str, percent: int, actor: str, reason: str
+    ) -> RolloutRow:
+        """Put `release_id` in shadow (no traffic) or canary (`percent` of tenants, by bucket)."""
+        row = self.store.get_release(release_id)
+        cur = self._rollout(row.workflow)
+        return self.store.change_rollout(  # type: ignore[no-any-return]
+            row.workflow,
+            action=f"start_{mode}",
+            actor=actor,
+            reason=reason,
+            expect=cur,
+            incumbent=cur.incumbent if cur else None,
+            candidate=release_id,
+            mode=mode,
+            traffic_percent=percent if mode == "canary" else 0,
+            release_id=release_id,
+            data={"traffic_percent": percent},
+        )
+
+    def stats(self, workflow: str, window_s: float) -> dict[str | None, WindowStats]:
+        since = self.store.db_now() - timedelta(seconds=window_s)
+        by_release: dict[str | None, list[Any]] = {}
+        for t in self.store.tasks_since(workflow, since):
+            by_release.setdefault(t.release, []).append(t)
+        return {rid: window_stats(ts) for rid, ts in by_release.items()}
+
+    def check_guardrails(
+        self, workflow: str, guardrails: Guardrails | None = None, actor: str = "guardrails"
+    ) -> dict[str, Any]:
+        """Compare the canary's window with the incumbent's; on a breach, revert the canary
+        (guarded on it still being this canary) and record why."""
+        g = guardrails or Guardrails()
+        cur = self._rollout(workflow)
+        if cur is None or cur.mode != "canary" or cur.candidate is None:
+            return {"canary": None, "reverted": False, "breaches": []}
+        stats = self.stats(workflow, g.window_s)
+        empty = WindowStats(0, 0.0, 0.0, 0.0, 0.0)
+        cand, inc = stats.get(cur.candidate, empty), stats.get(cur.incumbent, empty)
+        breaches = g.breaches(cand, inc)
+        result = {
+            "canary": cur.candidate,
+            "candidate": asdict(cand),
+            "incumbent": asdict(inc),
+            "breaches": breaches,
+            "reverted": False,
+        }
+        if breaches:
+            self.store.change_rollout(
+                workflow,
+                action="auto_revert",
+                actor=actor,
+                reason="guardrail breach: " + "; ".join(breaches),
+                expect=cur,
+                incumbent=cur.incumbent,
+                candidate=None,
+                mode="none",
+                traffic_percent=0,
+                release_id=cur.candidate,
+                data=result,
+            )
+            result["reverted"] = True
+        return result
+
+    def set_phase(
+        self, tenant_id: str, workflow: str, phase: str, evidence: dict[str, Any], actor: str
+    ) -> None:
+        """Move a tenant along the ladder: forward one step only with the gate's evidence;
+        back (a failed gate rolls back) at any time."""
+        if phase not in PHASE_NAMES:
+            raise ReleaseInvalid([f"unknown phase {phase!r}; known: {', '.join(PHASE_NAMES)}"])
+        current = (self.store.tenant_release(tenant_id, workflow) or {}).get("phase") or "shadow"
+        i, j = PHASE_NAMES.index(current), PHASE_NAMES.index(phase)
+        if j > i + 1:
+            raise ReleaseInvalid(
+                [f"{tenant_id} is in {current}: the next phase is {PHASE_NAMES[i + 1]}"]
+            )
+        if j == i + 1:
+            problems = gate_problems(phase, evidence)
+            if problems:
+                raise ReleaseInvalid(problems)
+        self.store.set_tenant_release(
+            tenant_id,
+            workflow,
+            actor=actor,
+            phase=phase,
+            evidence=evidence,
+            reason=f"phase {phase}",
+        )

@@ -1,0 +1,155 @@
+"""Releases in the store, on SQLite and Postgres: manifests, which release a new task gets,
+pinning at creation, guarded rollout changes and rollback with tasks in flight."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent_jobs.core.contracts import TaskRequest
+from agent_jobs.orchestrator.registry import WorkflowRegistry
+from agent_jobs.releases import Catalog, ReleaseInvalid
+from agent_jobs.releases.rollout import ReleaseService, tenant_bucket
+from agent_jobs.store.releases import ReleaseConflict
+from agent_jobs.testing import Harness
+from agent_jobs.workflows.noop import NoopWorkflow
+
+WF = "noop@1"
+CATALOG = Catalog(
+    workflows=frozenset({WF}),
+    routes=frozenset({"support-tier2@2026-03", "support-tier2-loops@2026-03"}),
+    prompts=frozenset({"refund-v7"}),
+    tools={"refunds.create": frozenset({"2"})},
+    policies=frozenset({"POL-REF-004@4"}),
+    suites=frozenset({"golden-refund@1"}),
+)
+
+
+def manifest(rid: str, route: str = "support-tier2@2026-03") -> dict[str, Any]:
+    return {
+        "release_id": rid,
+        "model_route": route,
+        "prompt": "refund-v7",
+        "tool_schemas": {"refunds.create": "2"},
+        "workflow": WF,
+        "policy_bundle": "POL-REF-004@4",
+        "retrieval_index": "policy-kb@2026-03-10",
+        "eval_suite": "golden-refund@1",
+        "rollout": {
+            "mode": "full",
+            "traffic_percent": 100,
+            "flags": {"auto_execute_under_minor": 0},
+        },
+    }
+
+
+def tenants(inside: bool, n: int, percent: int = 50) -> list[str]:
+    out = [f"t-{i}" for i in range(500) if (tenant_bucket(f"t-{i}", WF) < percent) == inside]
+    return out[:n]
+
+
+@pytest.fixture
+def svc(store: Any) -> ReleaseService:
+    return ReleaseService(store, CATALOG)
+
+
+@pytest.fixture
+def harness(store: Any) -> Harness:
+    registry = WorkflowRegistry()
+    registry.register(NoopWorkflow())
+    return Harness(store, registry)
+
+
+def submit(h: Harness, tenant: str, key: str) -> Any:
+    return h.submit(tenant, key, TaskRequest(workflow=WF, input={"steps": 1}))
+
+
+def test_create_is_validated_idempotent_and_never_reuses_an_id(svc: ReleaseService) -> None:
+    row, created = svc.create(manifest("rel-a"), "alice")
+    assert created and row.manifest["model_route"] == "support-tier2@2026-03"
+    assert svc.create(manifest("rel-a"), "bob")[1] is False
+    with pytest.raises(ReleaseConflict):
+        svc.create(manifest("rel-a", "support-tier2-loops@2026-03"), "bob")
+    with pytest.raises(ReleaseInvalid, match="model_route"):
+        svc.create(manifest("rel-x", "support-tier9@2030-01"), "bob")
+    assert [h.action for h in svc.store.release_history(WF)] == ["create"]
+
+
+def test_tasks_are_pinned_to_the_release_they_began_under(
+    svc: ReleaseService, harness: Harness
+) -> None:
+    assert "release" not in submit(harness, "t-none", "k0").pinned  # no release: built-in pins
+    svc.create(manifest("rel-a"), "alice")
+    svc.create(manifest("rel-b", "support-tier2-loops@2026-03"), "alice")
+    svc.promote("rel-a", "alice", "first", force=True)
+    svc.start("rel-b", "canary", 50, "alice", "try b")
+    inside, outside = tenants(True, 3), tenants(False, 3)
+    for t in inside:
+        task = submit(harness, t, f"k-{t}")
+        assert task.pinned["release"] == "rel-b"
+        assert task.pinned["model_route"] == "support-tier2-loops@2026-03"
+    for t in outside:
+        assert submit(harness, t, f"k-{t}").pinned["release"] == "rel-a"
+    # An explicit tenant pin wins over the canary.
+    svc.store.set_tenant_release(inside[0], WF, actor="ops", release_id="rel-a")
+    assert submit(harness, inside[0], "k-pinned").pinned["release"] == "rel-a"
+
+
+def test_promote_needs_a_passing_eval(svc: ReleaseService) -> None:
+    svc.create(manifest("rel-a"), "alice")
+    with pytest.raises(ReleaseInvalid, match="no passing eval"):
+        svc.promote("rel-a", "alice", "go")
+    svc.store.record_release_eval("rel-a", True, {"gate": "pass"}, "ci")
+    assert svc.promote("rel-a", "alice", "go").incumbent == "rel-a"
+
+
+def test_rollback_changes_new_tasks_and_leaves_in_flight_ones_pinned(
+    svc: ReleaseService, harness: Harness, store: Any
+) -> None:
+    svc.create(manifest("rel-a"), "alice")
+    svc.create(manifest("rel-b", "support-tier2-loops@2026-03"), "alice")
+    svc.promote("rel-a", "alice", "first", force=True)
+    svc.promote("rel-b", "alice", "second", force=True)
+    in_flight = submit(harness, "t-1", "k-flight")  # created, not yet run
+    assert in_flight.pinned["release"] == "rel-b"
+    ro = svc.rollback(WF, "bob", "b escalates")
+    assert ro.incumbent == "rel-a"
+    assert submit(harness, "t-1", "k-new").pinned["release"] == "rel-a"
+    done = harness.settle(in_flight.id)
+    assert done.status.value == "COMPLETED" and done.pinned["release"] == "rel-b"
+    actions = [h.action for h in store.release_history(WF)]
+    assert actions[0] == "rollback" and actions.count("promote") == 2
+
+
+def test_a_stale_rollout_change_is_refused(svc: ReleaseService) -> None:
+    svc.create(manifest("rel-a"), "alice")
+    svc.create(manifest("rel-b"), "alice")
+    svc.promote("rel-a", "alice", "first", force=True)
+    stale = svc.store.rollout(WF)
+    svc.start("rel-b", "canary", 10, "alice", "canary")
+    with pytest.raises(ReleaseConflict):
+        svc.store.change_rollout(
+            WF,
+            action="promote",
+            actor="mallory",
+            reason="stale",
+            expect=stale,
+            incumbent="rel-b",
+            candidate=None,
+            mode="none",
+            traffic_percent=0,
+        )
+    assert svc.store.rollout(WF).candidate == "rel-b"
+
+
+def test_phase_ladder_moves_one_gate_at_a_time_with_evidence(svc: ReleaseService) -> None:
+    with pytest.raises(ReleaseInvalid, match="next phase"):
+        svc.set_phase("t-1", WF, "approved_refunds", {}, "ops")
+    with pytest.raises(ReleaseInvalid, match="shadow_agreement"):
+        svc.set_phase("t-1", WF, "read_only_assistant", {"golden_suite": "pass"}, "ops")
+    evidence = {"golden_suite": "pass", "shadow_agreement": 0.97}
+    svc.set_phase("t-1", WF, "read_only_assistant", evidence, "ops")
+    row = svc.store.tenant_release("t-1", WF)
+    assert row["phase"] == "read_only_assistant" and row["evidence"] == evidence
+    svc.set_phase("t-1", WF, "shadow", {}, "ops")  # back: always allowed
