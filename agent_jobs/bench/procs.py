@@ -121,3 +121,18 @@ def start_workers(
 def stop_all(workers: list[WorkerProcess]) -> None:
     for w in workers:
         w.stop()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a live process has used (Linux `/proc`; 0.0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def workers_cpu(workers: list[WorkerProcess]) -> float:
+    """CPU seconds used so far by benchmark workers (solo pool: one process each)."""
+    return sum(cpu_seconds(w.proc.pid) for w in workers)

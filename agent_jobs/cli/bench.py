@@ -31,6 +31,21 @@ def cmd_transitions(args: argparse.Namespace) -> int:
     return _print(result, args.json, transitions.render)
 
 
+def cmd_peers(args: argparse.Namespace) -> int:
+    from agent_jobs.bench import peers  # noqa: PLC0415
+
+    result = peers.run(
+        tasks=args.tasks,
+        steps=args.steps,
+        workers=args.workers,
+        rounds=args.rounds,
+        handoff_steps=args.handoff_steps,
+        dbos=not args.no_dbos,
+        progress=not args.json,
+    )
+    return _print(result, args.json, peers.render)
+
+
 def cmd_fairness(args: argparse.Namespace) -> int:
     from agent_jobs.bench import fairness  # noqa: PLC0415
 
@@ -143,6 +158,18 @@ def register(sub: Any) -> None:
     )
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=_guarded(cmd_transitions))
+
+    pe = bsub.add_parser(
+        "peers", help="steps/s and CPU/step beside a plain Celery chain and DBOS; hand-off p50/p99"
+    )
+    pe.add_argument("--tasks", type=int, default=20)
+    pe.add_argument("--steps", type=int, default=200)
+    pe.add_argument("--workers", type=int, default=2, help="worker processes (and DBOS processes)")
+    pe.add_argument("--rounds", type=int, default=4, help="rounds, rotating which side runs first")
+    pe.add_argument("--handoff-steps", type=int, default=200, help="steps of the lone task")
+    pe.add_argument("--no-dbos", action="store_true", help="skip DBOS (the `peers` extra)")
+    pe.add_argument("--json", action="store_true")
+    pe.set_defaults(func=_guarded(cmd_peers))
 
     f = bsub.add_parser("fairness", help="a lone tenant's wait behind another tenant's backlog")
     f.add_argument("--tenants", type=int, default=20, help="tenants with queues")

@@ -18,7 +18,7 @@ from agent_jobs.config import Settings
 from agent_jobs.core.contracts import ApprovalView, TaskRequest
 from agent_jobs.core.errors import ApprovalError, Deferred, StaleTransition, UnknownWorkflow
 from agent_jobs.core.patch import Patch
-from agent_jobs.core.states import Status
+from agent_jobs.core.states import TERMINAL, Status
 from agent_jobs.orchestrator.leases import LeaseKeeper
 from agent_jobs.orchestrator.ports import NullObserver, Observer, Publisher
 from agent_jobs.orchestrator.registry import WorkflowRegistry
@@ -137,7 +137,12 @@ class Orchestrator:
             idempotency_key,
             request,
             requester=requester,
-            pinned={"workflow": request.workflow, **workflow.pinned()},
+            pinned={
+                "workflow": request.workflow,
+                **workflow.pinned(),
+                # The tenant's release (rollout or explicit pin), if any: route, prompt, flags.
+                **self.store.release_pins(tenant_id, request.workflow),
+            },
         )
         task = result.task
         if result.created:
@@ -194,15 +199,17 @@ class Orchestrator:
         self.publisher.finished(task_id, report.tenant_id, cost)
         if report.dispatch is not None:
             self.publisher.publish(report.dispatch)  # only now: the transaction has committed
+        if report.to_status in TERMINAL:
+            self.observer.task_ended(task_id)  # committed, quick or leased: e.g. its trace
         return report
 
     def _run(self, task_id: str, started: float) -> StepReport | None:
         owner = self.settings.lease_owner()
         lease: Lease | None = None
         try:
-            # One transaction: the read, and either the quick step's compare-and-set or the
-            # claim. Four round trips for a quick step (begin, read, write, commit).
-            with self.store.tx() as conn:
+            # The read, and either the quick step's compare-and-set or the claim: on Postgres
+            # two statements, two round trips, no transaction around them (`Store.step_conn`).
+            with self.store.step_conn() as conn:
                 task = self.store.peek_claimable(conn, task_id)
                 if task is None:
                     return None  # owned elsewhere, parked, or terminal: a duplicate is harmless

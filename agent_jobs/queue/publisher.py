@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import redis
 from celery import Celery
+from kombu.utils.uuid import uuid
 
 from agent_jobs.core.names import broker_sentinel_key, shared_queue, tenant_queue
 from agent_jobs.queue.directory import TenantDirectory
@@ -23,7 +29,11 @@ class CeleryPublisher:
 
     Celery publishes a direct queue through the anonymous exchange (routing key = queue name),
     so delivery needs no binding in the broker: a FLUSHALL that wipes kombu's bindings does not
-    make later messages vanish.
+    make later messages vanish — and so the publish declares nothing either.
+
+    Every step publishes the next one, so this is on the hot path: one producer (and its broker
+    connection) per process and thread, kept; the message built by Celery's own protocol code
+    (`app.amqp`), without `send_task`'s router, result object and producer-pool checkout.
     """
 
     def __init__(
@@ -35,6 +45,7 @@ class CeleryPublisher:
         self.shared = shared
         # Set by the runtime when a tenant cap, fair share or the model cap is configured.
         self.gated: GatedDispatcher | None = None
+        self._local = threading.local()
 
     def publish(self, dispatch: Dispatch) -> None:
         if self.gated is not None:
@@ -60,12 +71,59 @@ class CeleryPublisher:
             if not self.shared and self.directory.touch(dispatch.tenant_id):
                 # New tenant: tell running workers now rather than at their next directory read.
                 self.app.control.add_consumer(queue, reply=False)
-            self.app.send_task(STEP_TASK, args=[dispatch.task_id], queue=queue)
+            self._send_step(dispatch.task_id, queue)
         except Exception:
+            # A producer that failed may hold a dead connection: the next publish makes another.
+            self._drop_producer()
             # The dispatch is recorded in the task row; the dispatch sweeper will repeat it.
             log.exception(
                 "publishing a step for %s failed; the sweeper will retry", dispatch.task_id
             )
+
+    def _send_step(self, task_id: str, queue: str) -> None:
+        amqp = self.app.amqp
+        message = amqp.create_task_message(
+            uuid(),
+            STEP_TASK,
+            (task_id,),
+            {},
+            # Given, so Celery does not build them with saferepr for every message.
+            argsrepr=repr((task_id,)),
+            kwargsrepr="{}",
+            ignore_result=True,
+            origin=self._origin(),
+        )
+        # `declare=[]`: the anonymous exchange needs no declaration (see the class docstring);
+        # `before_task_publish` still fires (the metrics' enqueue stamp).
+        amqp.send_task_message(
+            self._producer(), STEP_TASK, message, queue=queue, exchange="", declare=[]
+        )
+
+    def _origin(self) -> str:
+        origin: str | None = getattr(self._local, "origin", None)
+        if origin is None:
+            from celery.utils.nodenames import anon_nodename  # noqa: PLC0415
+
+            origin = self._local.origin = anon_nodename()
+        return origin
+
+    def _producer(self) -> Any:
+        local = self._local
+        producer = getattr(local, "producer", None)
+        if producer is None or getattr(local, "pid", None) != os.getpid():
+            # After a fork the parent's connection is not ours to use.
+            producer = self.app.amqp.Producer(self.app.connection_for_write(), auto_declare=False)
+            local.producer, local.pid = producer, os.getpid()
+        return producer
+
+    def _drop_producer(self) -> None:
+        producer = getattr(self._local, "producer", None)
+        self._local.producer = None
+        if producer is not None and getattr(self._local, "pid", None) == os.getpid():
+            try:
+                producer.connection.release()
+            except Exception:
+                log.debug("releasing a failed producer's connection", exc_info=True)
 
 
 class RedisBrokerProbe:
@@ -78,3 +136,41 @@ class RedisBrokerProbe:
     def lost_since_last_check(self) -> bool:
         created = self._redis.set(self._key, str(time.time()), nx=True)
         return bool(created)
+
+
+def reuse_redis_clients() -> None:
+    """Make kombu's Redis channels keep one client each instead of building one per command.
+
+    kombu's Redis transport builds a `redis.Redis` object for every publish, and for both of the
+    late-ack bookkeeping pipelines of every delivery (`conn_or_acquire` without a client). With
+    redis-py 8 that constructor fills a case-insensitive table of ~170 response callbacks each
+    time: three per step, measured at about a tenth of a worker's CPU. A client holds no
+    connection of its own (it borrows from the channel's pool per command and is safe to share),
+    so one per channel does the same work; a channel whose pool was replaced after a connection
+    error gets a new one.
+    """
+    try:
+        from kombu.transport import redis as kombu_redis  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - kombu without redis-py
+        return
+    channel_cls: Any = kombu_redis.Channel
+    if getattr(channel_cls, "_agent_jobs_reuses_clients", False):
+        return
+
+    @contextmanager
+    def conn_or_acquire(self: Any, client: Any = None) -> Iterator[Any]:
+        if client:
+            yield client
+            return
+        pool = self.pool
+        cached = self.__dict__.get("_agent_jobs_client")
+        if cached is None or cached.connection_pool is not pool:
+            cached = self._create_client()
+            self.__dict__["_agent_jobs_client"] = cached
+        yield cached
+
+    channel_cls.conn_or_acquire = conn_or_acquire
+    channel_cls._agent_jobs_reuses_clients = True
+
+
+reuse_redis_clients()

@@ -88,6 +88,7 @@ def build_runtime(
     from celery.signals import before_task_publish  # noqa: PLC0415
 
     from agent_jobs.obs.metrics import PrometheusObserver, stamp_enqueued_at  # noqa: PLC0415
+    from agent_jobs.obs.otel import traced  # noqa: PLC0415
 
     app = app if app is not None else bound_app()
 
@@ -96,9 +97,9 @@ def build_runtime(
     before_task_publish.connect(
         stamp_enqueued_at, weak=False, dispatch_uid="agent_jobs.enqueued_at"
     )
-    observer = observer or PrometheusObserver()
-
     store = Store.from_url(cfg.database_url)
+    # Exports each ended task's trace when the OTEL_* variables ask for it.
+    observer = traced(observer or PrometheusObserver(), store)
     registry = workflows or default_registry()
     redis_url = cfg.directory_redis_url
     directory: TenantDirectory

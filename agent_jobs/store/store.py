@@ -58,7 +58,6 @@ from agent_jobs.store.writes import (
     append_event,
     apply_patch,
     apply_patch_lean,
-    apply_patch_unchanged,
     insert_ignore,
     single_statement,
 )
@@ -293,32 +292,17 @@ class Store(
 
     def commit_read(
         self, conn: Connection, task: TaskRow, patch: Patch, *, actor: str
-    ) -> tuple[TaskRow | None, Dispatch | None]:
+    ) -> Dispatch | None:
         """Apply a transition to a task read by `peek_claimable` on `conn` (a `step_conn`), if
         nobody moved it since (compare-and-set on version, lease epoch and owner as read).
-        Returns the new row (Postgres, one-statement patches; else None) and the dispatch to
-        publish after the commit; `StaleTransition` if the CAS lost. A patch that writes more
-        than the row and its event gets a transaction of its own."""
+        Returns the dispatch to publish after the commit; `StaleTransition` if the CAS lost. On
+        Postgres a patch that writes more than the row and its event (one statement) gets a
+        transaction of its own."""
         owner, epoch = task.lease_owner, task.lease_epoch
-        if self.dialect != "postgresql":
-            return None, apply_patch_lean(
-                conn, task, owner=owner, epoch=epoch, patch=patch, actor=actor
-            )
-        if single_statement(patch):
-            return apply_patch(
-                conn, task, owner=owner, epoch=epoch, patch=patch, lease_ttl_s=0.0, actor=actor
-            )
+        if self.dialect != "postgresql" or single_statement(patch):
+            return apply_patch_lean(conn, task, owner=owner, epoch=epoch, patch=patch, actor=actor)
         with self.tx() as tx:
-            return None, apply_patch_lean(
-                tx, task, owner=owner, epoch=epoch, patch=patch, actor=actor
-            )
-
-    def commit_unchanged(
-        self, conn: Connection, task: TaskRow, patch: Patch, *, actor: str
-    ) -> tuple[TaskRow, Dispatch | None]:
-        """`commit_read` for a row this process committed itself and did not read again (see
-        `writes.apply_patch_unchanged`). `StaleTransition` means: read it, and try again."""
-        return apply_patch_unchanged(conn, task, patch=patch, actor=actor)
+            return apply_patch_lean(tx, task, owner=owner, epoch=epoch, patch=patch, actor=actor)
 
     def renew(self, lease: Lease, ttl_s: float) -> Lease:
         """Heartbeat: push the expiry out. `StaleTransition` if the lease was lost."""

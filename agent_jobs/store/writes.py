@@ -56,6 +56,17 @@ def apply_patch_lean(
     return _apply(conn, task, owner, epoch, patch, 0.0, actor, lean=True)[1]
 
 
+def single_statement(patch: Patch) -> bool:
+    """The patch writes the task row and its event only (no effect, approval or dead letter):
+    on Postgres that is one statement, atomic by itself, so it needs no transaction around it."""
+    return (
+        patch.effect is None
+        and patch.approval_request is None
+        and patch.approval_use is None
+        and patch.dead_letter is None
+    )
+
+
 def _apply(  # noqa: PLR0917 - the two public functions above name every argument
     conn: Connection,
     task: TaskRow,

@@ -258,6 +258,13 @@ def ask_decision(c: Ctx) -> wf.Decision:
     c.state = state = asked.state
     proposal = asked.proposal
     if proposal.get("kind") == "no_action":
+        if any(e.get("kind") == "gate" and e.get("decision") == "deny" for e in st.history(state)):
+            # Policy refused what the model proposed, and the model then proposes nothing: the
+            # customer may still be owed a refund. A person decides; never "no refund" by default.
+            return wf.Escalate(
+                "policy denied the proposed refund and no other was proposed; a person decides",
+                state,
+            )
         state["decision"] = {"kind": "no_refund", "reason": _reason(proposal.get("reason"))}
         state["phase"] = "draft"
         return wf.Observe(state, note="no refund proposed")
@@ -299,11 +306,11 @@ def act(c: Ctx, args: dict[str, Any]) -> wf.Decision:
 
 
 def after_gate(c: Ctx) -> wf.Decision:
-    """Back in RUNNING after proposing: the orchestrator's last note says why."""
+    """Back in RUNNING after proposing: `inp.resumed` says why."""
     state = c.state
-    notes = (c.inp.state.get("runtime") or {}).get("notes") or [{}]
-    last = notes[-1]
-    kind, reason = last.get("kind"), str(last.get("reason") or "")
+    resumed = c.inp.resumed
+    kind = resumed.kind if resumed is not None else None
+    reason = resumed.reason if resumed is not None else ""
     proposal = state.get("proposal") or {}
     action = proposal.get("action") or {}
     state["awaiting"] = None
@@ -338,10 +345,9 @@ def after_gate(c: Ctx) -> wf.Decision:
             f"the approval could not be used ({reason}); nothing was executed", state
         )
     if kind == "effect_rejected":
-        st.record_tool(
-            state, "refunds.create", action.get("args") or {}, code=str(last.get("code"))
-        )
-        code = for_log(last.get("code"), 80)
+        code_raw = resumed.code if resumed is not None else ""
+        st.record_tool(state, "refunds.create", action.get("args") or {}, code=code_raw)
+        code = for_log(code_raw, 80)
         return wf.Escalate(f"the payments system refused the refund ({code})", state)
     return wf.Escalate(f"unexpected return from the gate ({kind})", state)
 
