@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from agent_jobs.config import load_settings
+
 
 def control_for(prefix: str) -> Any:
     """Celery's remote control on the control exchange of `prefix` (celery_config names the
@@ -43,9 +45,8 @@ class WorkerProcess:
     ) -> None:
         self.name = name
         self.log = log
-        self.prefix = env.get("AGENT_JOBS_QUEUE_PREFIX") or os.environ.get(
-            "AGENT_JOBS_QUEUE_PREFIX", "aj"
-        )
+        # The child's prefix: its own environment, else this process's settings.
+        self.prefix = env.get("AGENT_JOBS_QUEUE_PREFIX") or load_settings().queue_prefix
         self._out: IO[str] = open(log, "w")  # noqa: SIM115 - closed in stop()
         cmd = [
             sys.executable, "-m", "celery", "-A", "agent_jobs", "worker",

@@ -16,7 +16,6 @@ statements instead.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,6 +26,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ClauseElement
 
+from agent_jobs.config import settings
+
 ENV = "AGENT_JOBS_PG_PREPARE"
 _INFO_KEY = "agent_jobs_prepared"
 _NO_SUCH_STATEMENT = "26000"  # invalid_sql_statement_name
@@ -35,7 +36,8 @@ _BY_NAME: dict[str, Prepared] = {}
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    """`AGENT_JOBS_PG_PREPARE`, read once per process through the settings schema."""
+    return settings().pg_prepare
 
 
 def execute(

@@ -3,7 +3,7 @@ README's configuration table generated from it."""
 
 from __future__ import annotations
 
-import re
+import ast
 from pathlib import Path
 
 import pytest
@@ -36,18 +36,66 @@ def test_every_field_has_help_and_a_variable() -> None:
         assert env_name(name) == PREFIX + name.upper()
 
 
+def _env_reads(path: Path) -> list[str]:
+    """`environ.get(NAME)`, `getenv(NAME)` and `environ[NAME]` (read, not written) of an
+    `AGENT_JOBS_*` name, spelled out or through a module-level constant."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    constants = {
+        t.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for t in node.targets
+        if isinstance(t, ast.Name) and isinstance(node.value.value, str)
+    }
+
+    def name_of(arg: ast.expr) -> str | None:
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            return arg.value
+        if isinstance(arg, ast.Name):
+            return constants.get(arg.id)
+        return None
+
+    def is_environ(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+            isinstance(node, ast.Name) and node.id in ("environ", "env")
+        )
+
+    found = []
+    for node in ast.walk(tree):
+        arg = None
+        if isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Attribute):
+            f = node.func
+            if (f.attr == "get" and is_environ(f.value)) or f.attr == "getenv":
+                arg = node.args[0]
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.ctx, ast.Load)
+            and is_environ(node.value)
+        ):
+            arg = node.slice
+        name = name_of(arg) if arg is not None else None
+        if name and name.startswith(PREFIX):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+    return found
+
+
 def test_no_module_reads_an_agent_jobs_variable_but_the_schema() -> None:
-    """`os.environ.get("AGENT_JOBS_...")` / `os.getenv` / `environ["AGENT_JOBS_..."]` reads stay
-    in config.py (writes, for child processes, are allowed)."""
-    read = re.compile(r"""(?:environ\.get|getenv|environ\[)\(?\s*["']AGENT_JOBS_""")
-    offenders = []
-    for path in (ROOT / "agent_jobs").rglob("*.py"):
-        if path.name == "config.py":
-            continue
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if read.search(line) and "=" not in line.split("environ", 1)[0][-3:]:
-                offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    offenders = [
+        hit
+        for path in sorted((ROOT / "agent_jobs").rglob("*.py"))
+        if path.name != "config.py"
+        for hit in _env_reads(path)
+    ]
     assert offenders == []
+
+
+def test_the_scan_sees_a_read_through_a_constant(tmp_path: Path) -> None:
+    sample = ROOT / "agent_jobs" / "_scan_sample.py"
+    try:
+        sample.write_text('import os\nNAME = "AGENT_JOBS_X"\nv = os.environ.get(NAME)\n')
+        assert _env_reads(sample) == ["agent_jobs/_scan_sample.py:3: AGENT_JOBS_X"]
+    finally:
+        sample.unlink()
 
 
 @pytest.mark.parametrize(
