@@ -110,9 +110,7 @@ class CancelResult:
     dispatch: Dispatch | None
 
 
-class Store(
-    ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsStore, ArchiveStore
-):
+class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsStore, ArchiveStore):
     """Tasks, events, effects, approvals, submissions and dead letters, on Postgres or SQLite.
 
     This class holds the task and effect queries; the others come from the classes it is made of
