@@ -42,7 +42,9 @@ class AuditSink(Protocol):
 
 
 class LoggingAuditSink:
-    """Writes each record as one JSON line on the `agent_jobs.audit` logger."""
+    """Writes each record as one JSON line on the `agent_jobs.audit` logger, at DEBUG: the
+    task's event log already holds every tool call, and a worker at INFO writes at most one
+    line per step (set `agent_jobs.audit` to DEBUG to ship these lines to a log pipeline)."""
 
     def record(self, record: AuditRecord) -> None:
-        log.info("%s", record.model_dump_json())
+        log.debug("%s", record.model_dump_json())
