@@ -46,7 +46,8 @@ class WorkerProcess:
         self.name = name
         self.log = log
         # The child's prefix: its own environment, else this process's settings.
-        self.prefix = env.get("AGENT_JOBS_QUEUE_PREFIX") or load_settings().queue_prefix
+        child_env = env  # the worker's own variables, not this process's settings
+        self.prefix = child_env.get("AGENT_JOBS_QUEUE_PREFIX") or load_settings().queue_prefix
         self._out: IO[str] = open(log, "w")  # noqa: SIM115 - closed in stop()
         cmd = [
             sys.executable, "-m", "celery", "-A", "agent_jobs", "worker",

@@ -83,6 +83,9 @@ class PolicyBundle(Protocol):
         """`<doc>@<n>`, e.g. `POL-REF-004@4`; a grant is valid only under its own version."""
         ...
 
-    def evaluate(self, call: ProposedCall, facts: LedgerFacts) -> Allow | Deny | NeedsApproval:
-        """Decide on one proposed call."""
+    def evaluate(
+        self, call: ProposedCall, facts: LedgerFacts, *, autonomy_minor: int | None = None
+    ) -> Allow | Deny | NeedsApproval:
+        """Decide on one proposed call. `autonomy_minor`: the operator's cap on what may run
+        without a person (the incident lever), passed in so that policy stays pure."""
         ...

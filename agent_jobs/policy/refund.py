@@ -59,7 +59,9 @@ class RefundPolicy:
     approval_thresholds_minor: ClassVar[Mapping[str, int]] = {}
     approval_ttl_s: int = 1800
 
-    def evaluate(self, call: ProposedCall, facts: LedgerFacts) -> Allow | Deny | NeedsApproval:
+    def evaluate(
+        self, call: ProposedCall, facts: LedgerFacts, *, autonomy_minor: int | None = None
+    ) -> Allow | Deny | NeedsApproval:
         """Deny, require approval, or allow one proposed `refunds.create` call."""
         if call.tool != REFUND_TOOL or call.tool_version not in REFUND_TOOL_VERSIONS:
             return deny(UNKNOWN_TOOL)
@@ -89,11 +91,9 @@ class RefundPolicy:
         threshold = self.approval_thresholds_minor.get(currency)
         if threshold is None:
             return needs_approval(CURRENCY_NOT_COVERED, ttl_s=self.approval_ttl_s)
-        from agent_jobs.ops import autonomy_threshold_minor  # noqa: PLC0415 - no redis here
-
         # The operator's autonomy threshold (seed: `auto_execute_under_minor`), 0 in an incident:
-        # only a lower bar than the bundle's, never a higher one.
-        autonomy = autonomy_threshold_minor()
+        # only a lower bar than the bundle's, never a higher one. The caller reads the switch.
+        autonomy = autonomy_minor
         if autonomy is not None and amount >= autonomy:
             reason = f"operator autonomy threshold: >= {autonomy} minor units"
             return needs_approval(reason, ttl_s=self.approval_ttl_s)

@@ -282,12 +282,19 @@ def test_the_autonomy_threshold_at_zero_sends_every_refund_to_a_person() -> None
         def refundable_minor(self, _: str) -> int:
             return 10_000
 
+    from agent_jobs.ops import autonomy_threshold_minor
+
     policy = RefundPolicyV4()
     previous = install(StaticSwitches())
     try:
-        assert policy.evaluate(small, Facts()).kind == "allow"  # type: ignore[arg-type]
+        # The workflow reads the switch and hands it to the (pure) policy.
+        off = autonomy_threshold_minor("acme")
+        assert off is None
+        assert policy.evaluate(small, Facts(), autonomy_minor=off).kind == "allow"  # type: ignore[arg-type]
         install(switched(autonomy_threshold=(("",), 0)))
-        decision = policy.evaluate(small, Facts())  # type: ignore[arg-type]
+        on = autonomy_threshold_minor("acme")
+        assert on == 0
+        decision = policy.evaluate(small, Facts(), autonomy_minor=on)  # type: ignore[arg-type]
         assert decision.kind == "needs_approval" and "autonomy" in str(decision.reason)
     finally:
         install(previous)

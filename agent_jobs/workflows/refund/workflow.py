@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from agent_jobs.core.contracts import Action
 from agent_jobs.core.errors import InvalidInput
 from agent_jobs.core.text import clean_text, for_log
+from agent_jobs.ops import autonomy_threshold_minor
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.policy import CURRENT, NeedsApproval, ProposedCall, get_bundle
 from agent_jobs.tools import Ok, Rejected, ToolCall
@@ -157,7 +158,11 @@ class RefundWorkflow:
         bundle = get_bundle(CURRENT)
         if action.tool_version != (inp.pinned.get("tools") or {}).get(action.tool):
             return wf.Authorization("deny", bundle.version, "tool_version_not_pinned")
-        decision = bundle.evaluate(ProposedCall.from_action(action), st.ledger_facts(inp.state))
+        decision = bundle.evaluate(
+            ProposedCall.from_action(action),
+            st.ledger_facts(inp.state),
+            autonomy_minor=autonomy_threshold_minor(inp.tenant_id),
+        )
         if isinstance(decision, NeedsApproval):
             return wf.Authorization(
                 "needs_approval", bundle.version, decision.reason, float(decision.ttl_s)
