@@ -25,6 +25,14 @@ def register(sub: Any) -> None:
     p.add_argument("--json", dest="json_out", default=None, help="write the JSON report here")
     p.add_argument("--html", dest="html_out", default=None, help="write the HTML report here")
     p.add_argument("--compare", default=None, help="a previous JSON report: print the regressions")
+    p.add_argument(
+        "--latency-tolerance",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="with --compare: count latency as regressed when slower by more than this "
+        "fraction (0.5 = 50%%); by default wall-clock latency is shown, not gated",
+    )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_eval)
 
@@ -50,7 +58,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     table, regressed = None, False
     if args.compare:
         previous = json.loads(Path(args.compare).read_text(encoding="utf-8"))
-        table, regressed = compare(report, previous)
+        table, regressed = compare(report, previous, args.latency_tolerance)
         report["regressed"] = regressed
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2), encoding="utf-8")

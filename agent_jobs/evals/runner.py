@@ -119,8 +119,15 @@ class EvalEnvironment:
         from agent_jobs.queue.runtime import get_runtime  # noqa: PLC0415
         from agent_jobs.store.migrate import upgrade  # noqa: PLC0415
 
+        # The schema first: building the runtime reads the operator switches.
+        from sqlalchemy import create_engine  # noqa: PLC0415
+
+        first = create_engine(self.env.env["AGENT_JOBS_DATABASE_URL"])
+        try:
+            upgrade(first)
+        finally:
+            first.dispose()
         self.rt = get_runtime()
-        upgrade(self.rt.store.engine)
         self.store = self.rt.store
         self.orch = self.rt.orchestrator
         self._setup_releases()

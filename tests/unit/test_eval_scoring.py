@@ -93,6 +93,18 @@ def test_compare_flags_a_case_that_passed_before() -> None:
     assert compare(before, before)[1] is False
 
 
+def test_wall_clock_latency_is_shown_not_gated_unless_asked() -> None:
+    fast = summarise("incident", False, [score(CASE, seen())])
+    slow = summarise("incident", False, [score(CASE, seen(latency_s=6.0))])
+    before = {"overall": overall([fast]), "cases": [fast]}
+    after = {"overall": overall([slow]), "cases": [slow]}
+    table, regressed = compare(after, before)
+    assert not regressed and "slower (not gated)" in table
+    table, regressed = compare(after, before, latency_tolerance=0.5)
+    assert regressed and "REGRESSED" in table
+    assert compare(after, before, latency_tolerance=5.0)[1] is False
+
+
 def test_html_report_is_self_contained() -> None:
     case = summarise("incident", False, [score(CASE, seen())])
     report = {
