@@ -115,13 +115,13 @@ class EvalEnvironment:
         self.env = DemoEnv(extra=extra, lease_ttl_s=5.0).__enter__()
         self._stack.append(self.env)
         # Imported after the environment is set: the Celery config is read at import.
+        from sqlalchemy import create_engine  # noqa: PLC0415
+
         from agent_jobs.queue.embedded import EmbeddedWorker  # noqa: PLC0415
         from agent_jobs.queue.runtime import get_runtime  # noqa: PLC0415
         from agent_jobs.store.migrate import upgrade  # noqa: PLC0415
 
         # The schema first: building the runtime reads the operator switches.
-        from sqlalchemy import create_engine  # noqa: PLC0415
-
         first = create_engine(self.env.env["AGENT_JOBS_DATABASE_URL"])
         try:
             upgrade(first)
