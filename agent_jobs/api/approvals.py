@@ -18,8 +18,8 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from agent_jobs.api import responses as r
 from agent_jobs.api.auth import Principal
 from agent_jobs.api.deps import approver, state
-from agent_jobs.api.errors import ApiError
-from agent_jobs.api.models import ID_PATTERN, Approval, ApprovalList, Decision
+from agent_jobs.api.errors import HttpError
+from agent_jobs.api.models import ID_PATTERN, Approval, ApprovalDecision, ApprovalList
 from agent_jobs.core.contracts import ApprovalStatus
 from agent_jobs.core.identity import same_principal
 
@@ -56,7 +56,7 @@ def _decide(request: Request, who: Principal, approval_id: str, grant: bool, not
     rt = state(request).runtime
     current = rt.store.approval(approval_id, who.tenant_id)  # another tenant's: 404
     if same_principal(current.requester, who.subject):
-        raise ApiError(403, "self_approval", "the requester of a task cannot approve its actions")
+        raise HttpError(403, "self_approval", "the requester of a task cannot approve its actions")
     view = rt.orchestrator.decide_approval(
         approval_id, who.subject, grant=grant, tenant_id=who.tenant_id, note=note
     )
@@ -64,7 +64,7 @@ def _decide(request: Request, who: Principal, approval_id: str, grant: bool, not
 
 
 _DECISION_ERRORS = r.errors(401, 403, 404, 409, 413, 422, 503)
-OptionalDecision = Annotated[Decision | None, Body()]
+OptionalDecision = Annotated[ApprovalDecision | None, Body()]
 
 
 @router.post(

@@ -27,7 +27,7 @@ from agent_jobs.api.models import ID_PATTERN, Approval, Task
 from agent_jobs.console import evidence as ev
 from agent_jobs.console import timeline as tl
 from agent_jobs.core.contracts import ApprovalStatus
-from agent_jobs.core.errors import NotFound
+from agent_jobs.core.errors import RecordNotFound
 from agent_jobs.core.names import tenant_queue
 from agent_jobs.core.states import TERMINAL, Status
 from agent_jobs.obs.queues import oldest_enqueued_at
@@ -208,7 +208,7 @@ def approval_cards(
     for view in store.list_approvals(who.tenant_id, status=status, limit=limit):
         try:
             task = store.get(view.task_id, who.tenant_id)
-        except NotFound:
+        except RecordNotFound:
             continue  # deleted by retention while we read: nothing to decide on
         base = Approval.from_view(view).model_dump()
         cards.append(

@@ -10,7 +10,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from agent_jobs.api.auth import APPROVER, AuthError, Principal, TokenVerifier
-from agent_jobs.api.errors import ApiError, unauthorized
+from agent_jobs.api.errors import HttpError, unauthorized
 from agent_jobs.api.intake import Intake
 from agent_jobs.config import Settings
 from agent_jobs.core.contracts import ApprovalView
@@ -108,5 +108,5 @@ def principal(
 def approver(who: Principal = Depends(principal)) -> Principal:  # noqa: B008
     """The verified caller, who must hold the `approver` role (403 otherwise)."""
     if not who.has_role(APPROVER):
-        raise ApiError(403, "forbidden", f"the {APPROVER!r} role is required")
+        raise HttpError(403, "forbidden", f"the {APPROVER!r} role is required")
     return who

@@ -20,7 +20,7 @@ from agent_jobs.core.errors import (
     ApprovalError,
     IdempotencyConflict,
     InvalidInput,
-    NotFound,
+    RecordNotFound,
     SelfApproval,
     UnknownWorkflow,
 )
@@ -30,7 +30,7 @@ from agent_jobs.store.store import UNAVAILABLE
 log = logging.getLogger(__name__)
 
 
-class ApiError(Exception):
+class HttpError(Exception):
     """An error response: status, stable code, message for a person, extra headers."""
 
     def __init__(
@@ -50,31 +50,31 @@ class ApiError(Exception):
         self.field = field
 
 
-def unauthorized(message: str) -> ApiError:
+def unauthorized(message: str) -> HttpError:
     """A 401 with the bearer challenge."""
     # RFC 6750 3: a bearer challenge tells the client which scheme to use.
-    return ApiError(
+    return HttpError(
         401, "unauthorized", message, {"WWW-Authenticate": 'Bearer error="invalid_token"'}
     )
 
 
-def from_core(exc: AgentJobsError) -> ApiError:
+def from_core(exc: AgentJobsError) -> HttpError:
     """The HTTP face of a core error. Anything unexpected is a 500 with no internals in it."""
-    if isinstance(exc, NotFound):
-        return ApiError(404, exc.code, str(exc))
+    if isinstance(exc, RecordNotFound):
+        return HttpError(404, exc.code, str(exc))
     if isinstance(exc, IdempotencyConflict):
         # draft-ietf-httpapi-idempotency-key-header: reuse with another payload is a 422.
-        return ApiError(422, exc.code, str(exc))
+        return HttpError(422, exc.code, str(exc))
     if isinstance(exc, InvalidInput):
-        return ApiError(422, exc.code, str(exc), field=exc.field)
+        return HttpError(422, exc.code, str(exc), field=exc.field)
     if isinstance(exc, UnknownWorkflow):
-        return ApiError(422, exc.code, str(exc), field="workflow")
+        return HttpError(422, exc.code, str(exc), field="workflow")
     if isinstance(exc, SelfApproval):
-        return ApiError(403, exc.code, "the requester of a task cannot approve its actions")
+        return HttpError(403, exc.code, "the requester of a task cannot approve its actions")
     if isinstance(exc, ApprovalError):
-        return ApiError(409, exc.code, str(exc))
+        return HttpError(409, exc.code, str(exc))
     log.error("unmapped %s: %s", type(exc).__name__, exc)
-    return ApiError(500, "internal_error", "internal error")
+    return HttpError(500, "internal_error", "internal error")
 
 
 MESSAGE_MAX_CHARS = 1000
@@ -126,8 +126,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 def install_handlers(app: FastAPI) -> None:
     """Every error the app can raise renders as an `ErrorBody`."""
 
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+    @app.exception_handler(HttpError)
+    async def _api_error(request: Request, exc: HttpError) -> JSONResponse:
         return error_response(
             exc.status, exc.code, exc.message, exc.headers or None, field=exc.field
         )

@@ -30,7 +30,7 @@ from agent_jobs.store import CreateResult
 MAX_DEPTH = 32
 
 
-class RateLimited(AgentJobsError):
+class SubmitRateLimited(AgentJobsError):
     """The tenant's bucket is empty: nothing was created; retry after `retry_after_s`."""
 
     code = "rate_limited"
@@ -124,7 +124,7 @@ class Intake:
             self.metrics.admission_error()
         if not verdict.allowed:
             self.metrics.rate_limited(principal.tenant_id)
-            raise RateLimited(principal.tenant_id, verdict.retry_after_s)
+            raise SubmitRateLimited(principal.tenant_id, verdict.retry_after_s)
         # The orchestrator counts the creation (once, whichever door the task came in by).
         return self.orchestrator.submit(
             principal.tenant_id, idempotency_key, request, requester=principal.subject, via=via

@@ -220,7 +220,7 @@ class ApprovalList(_Model):
     approvals: list[Approval]
 
 
-class Decision(BaseModel):
+class ApprovalDecision(BaseModel):
     """Optional body of grant and deny."""
 
     model_config = ConfigDict(extra="forbid")

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from agent_jobs.api import responses as r
 from agent_jobs.api.auth import Principal
 from agent_jobs.api.deps import principal, state
-from agent_jobs.api.errors import ApiError
+from agent_jobs.api.errors import HttpError
 from agent_jobs.api.models import ID_PATTERN
 from agent_jobs.core.contracts import EffectView
 from agent_jobs.core.errors import InvalidInput
@@ -33,7 +33,7 @@ router = APIRouter(prefix="/v1/ops", tags=["ops"])
 def operator(who: Principal = Depends(principal)) -> Principal:  # noqa: B008
     """The verified caller, who must hold the `operator` role (403 otherwise)."""
     if not who.has_role(OPERATOR):
-        raise ApiError(403, "forbidden", f"the {OPERATOR!r} role is required")
+        raise HttpError(403, "forbidden", f"the {OPERATOR!r} role is required")
     return who
 
 
@@ -97,8 +97,8 @@ def _ops(request: Request) -> OpsService:
     return from_runtime(state(request).runtime)
 
 
-def _bad(exc: InvalidInput) -> ApiError:
-    return ApiError(422, "invalid_switch", str(exc))
+def _bad(exc: InvalidInput) -> HttpError:
+    return HttpError(422, "invalid_switch", str(exc))
 
 
 @router.get("/switches", response_model=SwitchList, responses=r.errors(401, 403, 503),
@@ -167,14 +167,14 @@ def incident_tasks(  # noqa: PLR0917 - FastAPI reads query parameters from the s
     limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
 ) -> IncidentTasks:
     if since.tzinfo is None or until.tzinfo is None:
-        raise ApiError(422, "invalid_window", "since and until need a time zone (e.g. Z)")
+        raise HttpError(422, "invalid_window", "since and until need a time zone (e.g. Z)")
     f = IncidentFilter(since=since, until=until, tool=tool, tool_version=tool_version,
                        prompt=prompt, model_route=model_route, workflow=workflow,
                        policy_version=policy_version, tenant_id=who.tenant_id)  # fmt: skip
     try:
         rows = _ops(request).incident_tasks(f, limit=limit)
     except InvalidInput as exc:
-        raise ApiError(422, "invalid_window", str(exc)) from None
+        raise HttpError(422, "invalid_window", str(exc)) from None
     return IncidentTasks(tasks=[IncidentTaskOut(**t.__dict__) for t in rows])
 
 

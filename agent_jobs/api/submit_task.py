@@ -48,7 +48,7 @@ from agent_jobs.api.auth import AuthError, Principal, TokenVerifier, bearer_toke
 from agent_jobs.api.intake import (
     Intake,
     InvalidIdempotencyKey,
-    RateLimited,
+    SubmitRateLimited,
     check_key,
     parse_request,
     payload_size,
@@ -70,7 +70,7 @@ _metrics = PrometheusObserver()
 _cache: dict[int, tuple[Runtime, TokenVerifier, Intake]] = {}
 
 
-class Rejected(Exception):
+class SubmitRejected(Exception):
     """A submission that creates nothing; `code` is the recorded reason."""
 
     def __init__(self, code: str, message: str, principal: Principal | None = None) -> None:
@@ -130,29 +130,31 @@ def submit(
         try:
             key = check_key(key_text)
         except InvalidIdempotencyKey as exc:
-            raise Rejected("invalid_idempotency_key", str(exc), principal) from None
+            raise SubmitRejected("invalid_idempotency_key", str(exc), principal) from None
         if payload_size(request) > runtime.settings.api_max_body_bytes:
-            raise Rejected("payload_too_large", "the request is over the size limit", principal)
+            raise SubmitRejected(
+                "payload_too_large", "the request is over the size limit", principal
+            )
         try:
             task_request = parse_request(request, runtime.workflows)
             result = intake.submit(principal, key, task_request, via=VIA)
-        except RateLimited as exc:
+        except SubmitRateLimited as exc:
             if self.request.retries < runtime.settings.submit_max_retries:
                 raise self.retry(countdown=exc.retry_after_s) from None
-            raise Rejected(exc.code, str(exc), principal) from None
+            raise SubmitRejected(exc.code, str(exc), principal) from None
         except IdempotencyConflict as exc:
-            raise Rejected(exc.code, str(exc), principal) from None
+            raise SubmitRejected(exc.code, str(exc), principal) from None
         except InvalidInput as exc:
             where = f" (field {exc.field})" if exc.field and exc.field not in str(exc) else ""
-            raise Rejected(exc.code, f"{exc}{where}", principal) from None
+            raise SubmitRejected(exc.code, f"{exc}{where}", principal) from None
         except AgentJobsError as exc:
-            raise Rejected(exc.code, str(exc), principal) from None
+            raise SubmitRejected(exc.code, str(exc), principal) from None
         except UNAVAILABLE:
             # The database is down: nothing was created; try the message again later.
             if self.request.retries < runtime.settings.submit_max_retries:
                 raise self.retry(countdown=min(60, 2**self.request.retries)) from None
             raise
-    except Rejected as exc:
+    except SubmitRejected as exc:
         _record(
             runtime,
             exc,
@@ -175,12 +177,12 @@ def _verify(verifier: TokenVerifier, bearer: str | None) -> Principal:
     try:
         return verifier.verify(bearer)
     except AuthError as exc:
-        raise Rejected(exc.reason, exc.message) from None
+        raise SubmitRejected(exc.reason, exc.message) from None
 
 
 def _record(
     runtime: Runtime,
-    exc: Rejected,
+    exc: SubmitRejected,
     *,
     message_id: str,
     bearer: str | None,

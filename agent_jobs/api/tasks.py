@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from agent_jobs.api import responses as r
 from agent_jobs.api.auth import Principal
 from agent_jobs.api.deps import principal, state
-from agent_jobs.api.errors import ApiError
-from agent_jobs.api.intake import InvalidIdempotencyKey, RateLimited, check_key, parse_request
+from agent_jobs.api.errors import HttpError
+from agent_jobs.api.intake import InvalidIdempotencyKey, SubmitRateLimited, check_key, parse_request
 from agent_jobs.api.models import (
     ID_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
@@ -63,12 +63,12 @@ def create_task(
         key = check_key(idempotency_key)
     except InvalidIdempotencyKey as exc:
         code = "missing_idempotency_key" if not idempotency_key else "invalid_idempotency_key"
-        raise ApiError(400, code, str(exc), field="Idempotency-Key") from None
+        raise HttpError(400, code, str(exc), field="Idempotency-Key") from None
     task_request = parse_request(body.model_dump(), st.runtime.workflows)
     try:
         result = st.intake.submit(who, key, task_request, via="http")
-    except RateLimited as exc:
-        raise ApiError(429, exc.code, str(exc), {"Retry-After": str(exc.retry_after_s)}) from None
+    except SubmitRateLimited as exc:
+        raise HttpError(429, exc.code, str(exc), {"Retry-After": str(exc.retry_after_s)}) from None
     task = result.task
     response.headers["Location"] = f"/v1/tasks/{task.id}"
     if not result.created:
@@ -103,7 +103,7 @@ def get_task_by_key(
     try:
         key = check_key(idempotency_key)
     except InvalidIdempotencyKey as exc:
-        raise ApiError(422, exc.code, str(exc), field="idempotency_key") from None
+        raise HttpError(422, exc.code, str(exc), field="idempotency_key") from None
     row = state(request).runtime.store.get_by_key(who.tenant_id, key)
     return Task.from_view(row.view())
 
@@ -162,7 +162,7 @@ def cancel_task(task_id: TaskId, request: Request, who: Caller) -> Any:
         result = rt.orchestrator.cancel(task_id, who.tenant_id)
         task, accepted = result.task, result.accepted
     if not accepted:
-        raise ApiError(
+        raise HttpError(
             409,
             "task_finished",
             f"task {task.id} is already {task.status.value}; nothing to cancel",

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from agent_jobs.cli.output import approval_line, event_line, task_text, to_json
 from agent_jobs.core.contracts import TaskRequest, validation_message
-from agent_jobs.core.errors import InvalidInput, NotFound
+from agent_jobs.core.errors import InvalidInput, RecordNotFound
 from agent_jobs.core.identity import check_idempotency_key, check_subject, check_tenant_id
 from agent_jobs.core.text import is_clean
 
@@ -151,8 +151,8 @@ def _resolve_approval(rt: Any, ident: str, tenant: str | None) -> str:
         return ident
     pending = rt.store.list_approvals(tenant, status="pending", task_id=ident)
     if not pending:
-        rt.store.get(ident, tenant)  # NotFound if the task does not exist either
-        raise NotFound(f"task {ident} has no pending approval")
+        rt.store.get(ident, tenant)  # RecordNotFound if the task does not exist either
+        raise RecordNotFound(f"task {ident} has no pending approval")
     return str(pending[0].approval_id)
 
 

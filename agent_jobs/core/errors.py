@@ -45,7 +45,7 @@ class IdempotencyConflict(AgentJobsError):
         self.idempotency_key = idempotency_key
 
 
-class NotFound(AgentJobsError):
+class RecordNotFound(AgentJobsError):
     code = "not_found"
 
 

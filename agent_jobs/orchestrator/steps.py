@@ -454,18 +454,18 @@ class Steps:
             outcome = s.workflow.execute(s.inp(), action)
         except Exception as exc:  # we cannot know whether the request left: unknown, not failed
             log.exception("execute raised for %s", s.task.id)
-            outcome = wf.Unknown(f"execute raised {type(exc).__name__}: {exc}")
+            outcome = wf.EffectUnknown(f"execute raised {type(exc).__name__}: {exc}")
         return self.effect_outcome(s, action, outcome)
 
     def effect_outcome(self, s: Session, action: Action, outcome: wf.EffectOutcome) -> Patch:
         rt = s.runtime()
         summary = action_summary(action)
-        if isinstance(outcome, wf.Throttled):
+        if isinstance(outcome, wf.EffectThrottled):
             return self.throttled(s, action, outcome, rt)
         rt.pop("throttle", None)
-        if isinstance(outcome, wf.Ok):
+        if isinstance(outcome, wf.EffectApplied):
             return self.committed(s, action, outcome.result, rt, event="effect_committed")
-        if isinstance(outcome, wf.Rejected):
+        if isinstance(outcome, wf.EffectRejected):
             rt["pending_action"] = None
             rt["effect_attempts"] = 0
             rt["reconcile_failures"] = 0
@@ -501,7 +501,7 @@ class Steps:
         )
 
     def throttled(
-        self, s: Session, action: Action, outcome: wf.Throttled, rt: dict[str, Any]
+        self, s: Session, action: Action, outcome: wf.EffectThrottled, rt: dict[str, Any]
     ) -> Patch:
         """429/503 + Retry-After before commit: nothing was applied. Not an unknown outcome and
         not a send of the key: park (holding nothing), keep the pending action and its consumed

@@ -111,7 +111,7 @@ class Fail:
     state: dict[str, Any] | None = None
 
 
-Decision = Observe | Act | ToVerify | Retry | Escalate | Fail
+StepDecision = Observe | Act | ToVerify | Retry | Escalate | Fail
 
 
 # -- authorize -----------------------------------------------------------------------------------
@@ -129,12 +129,12 @@ class Authorization:
 
 
 @dataclass(frozen=True)
-class Ok:
+class EffectApplied:
     result: dict[str, Any]
 
 
 @dataclass(frozen=True)
-class Rejected:
+class EffectRejected:
     """The system of record said no: it did not apply the request."""
 
     code: str
@@ -142,14 +142,14 @@ class Rejected:
 
 
 @dataclass(frozen=True)
-class Unknown:
+class EffectUnknown:
     """It may or may not have applied the request (timeout, connection lost, 5xx after send)."""
 
     reason: str
 
 
 @dataclass(frozen=True)
-class Throttled:
+class EffectThrottled:
     """The system of record refused the call *before applying it* because of load (HTTP 429, or
     503 with `Retry-After`): nothing happened, try again after `retry_after_s` with the same key.
 
@@ -164,7 +164,7 @@ class Throttled:
     by_operator: bool = False
 
 
-EffectOutcome = Ok | Rejected | Unknown | Throttled
+EffectOutcome = EffectApplied | EffectRejected | EffectUnknown | EffectThrottled
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ class Found:
 
 
 @dataclass(frozen=True)
-class NotFound:
+class NoEffect:
     pass
 
 
@@ -189,7 +189,7 @@ class LookupFailed:
     reason: str
 
 
-ReconcileResult = Found | NotFound | Different | LookupFailed
+ReconcileResult = Found | NoEffect | Different | LookupFailed
 
 
 @dataclass(frozen=True)
@@ -232,7 +232,7 @@ class Workflow(Protocol):
         """Validate the input and return the initial state. Raise `InvalidInput` to fail."""
         ...
 
-    def decide(self, inp: StepInput) -> Decision:
+    def decide(self, inp: StepInput) -> StepDecision:
         """RUNNING: read, propose an action, hand a draft to the verifier, retry, or stop."""
         ...
 

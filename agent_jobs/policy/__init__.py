@@ -14,10 +14,10 @@ from agent_jobs.policy.approvals import (
 from agent_jobs.policy.bundles import CURRENT, UnknownPolicyVersion, get_bundle, known_versions
 from agent_jobs.policy.decisions import (
     Allow,
-    Decision,
     Deny,
     NeedsApproval,
     PolicyBundle,
+    PolicyDecision,
     ProposedCall,
     allow,
     deny,
@@ -36,7 +36,6 @@ from agent_jobs.policy.refund import RefundPolicy, RefundPolicyV3, RefundPolicyV
 __all__ = [
     "CURRENT",
     "Allow",
-    "Decision",
     "Deny",
     "Grant",
     "GrantCheck",
@@ -46,6 +45,7 @@ __all__ = [
     "OrderFact",
     "PaymentFact",
     "PolicyBundle",
+    "PolicyDecision",
     "ProposedCall",
     "RefundFact",
     "RefundPolicy",

@@ -56,7 +56,7 @@ class NeedsApproval(Frozen):
     ttl_s: int
 
 
-Decision = Annotated[Allow | Deny | NeedsApproval, Field(discriminator="kind")]
+PolicyDecision = Annotated[Allow | Deny | NeedsApproval, Field(discriminator="kind")]
 
 
 def allow() -> Allow:

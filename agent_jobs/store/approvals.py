@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import and_, select, update
 
 from agent_jobs.core.contracts import ApprovalView
-from agent_jobs.core.errors import ApprovalError, NotFound, SelfApproval
+from agent_jobs.core.errors import ApprovalError, RecordNotFound, SelfApproval
 from agent_jobs.core.identity import principal, same_principal
 from agent_jobs.core.states import Status
 from agent_jobs.core.text import cut
@@ -32,7 +32,7 @@ class ApprovalStore(StoreBase):
         with self.engine.connect() as conn:
             row = conn.execute(select(approvals).where(cond)).first()
         if row is None:
-            raise NotFound(f"approval {approval_id} not found")
+            raise RecordNotFound(f"approval {approval_id} not found")
         return approval_from_row(row)
 
     def list_approvals(

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
-from agent_jobs.core.errors import AgentJobsError, NotFound
+from agent_jobs.core.errors import AgentJobsError, RecordNotFound
 from agent_jobs.store.base import StoreBase
 from agent_jobs.store.schema import (
     release_history,
@@ -158,7 +158,7 @@ class ReleaseStore(StoreBase):
         with self.engine.connect() as conn:
             row = conn.execute(select(releases).where(releases.c.release_id == release_id)).first()
         if row is None:
-            raise NotFound(f"release {release_id} not found")
+            raise RecordNotFound(f"release {release_id} not found")
         return _release(row)
 
     def list_releases(self, workflow: str | None = None) -> list[ReleaseRow]:
@@ -179,7 +179,7 @@ class ReleaseStore(StoreBase):
                 .values(eval_status=status, eval_summary=summary)
             ).rowcount
             if n != 1:
-                raise NotFound(f"release {release_id} not found")
+                raise RecordNotFound(f"release {release_id} not found")
             workflow = conn.execute(
                 select(releases.c.workflow).where(releases.c.release_id == release_id)
             ).scalar_one()

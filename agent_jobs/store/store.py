@@ -26,7 +26,7 @@ from agent_jobs.core.contracts import (
     EventView,
     TaskRequest,
 )
-from agent_jobs.core.errors import IdempotencyConflict, NotFound, StaleTransition
+from agent_jobs.core.errors import IdempotencyConflict, RecordNotFound, StaleTransition
 from agent_jobs.core.hashing import payload_hash
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import PARKED, TERMINAL, Status
@@ -196,24 +196,25 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         return CreateResult(task, created=False)
 
     def get(self, task_id: str, tenant_id: str | None = None) -> TaskRow:
-        """The task, or `NotFound`; with a tenant, another tenant's task is also `NotFound`."""
+        """The task, or `RecordNotFound`; with a tenant, another tenant's task is also not
+        found."""
         cond = tasks.c.id == task_id
         if tenant_id is not None:
             cond = cond & (tasks.c.tenant_id == tenant_id)
         with self.engine.connect() as conn:
             row = conn.execute(select(tasks).where(cond)).first()
         if row is None:
-            raise NotFound(f"task {task_id} not found")
+            raise RecordNotFound(f"task {task_id} not found")
         return task_from_row(row)
 
     def get_by_key(self, tenant_id: str, idempotency_key: str) -> TaskRow:
-        """The tenant's task created with `idempotency_key`, or `NotFound` — how a sender that
+        """The tenant's task created with `idempotency_key`, or `RecordNotFound` — how a sender that
         submitted without reading the answer (a Celery-native sender) learns its task id."""
         cond = (tasks.c.tenant_id == tenant_id) & (tasks.c.idempotency_key == idempotency_key)
         with self.engine.connect() as conn:
             row = conn.execute(select(tasks).where(cond)).first()
         if row is None:
-            raise NotFound(f"no task with idempotency key {idempotency_key!r}")
+            raise RecordNotFound(f"no task with idempotency key {idempotency_key!r}")
         return task_from_row(row)
 
     def list_tasks(
@@ -360,7 +361,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
     def events(
         self, task_id: str, tenant_id: str | None = None, after_seq: int = 0
     ) -> list[EventView]:
-        self.get(task_id, tenant_id)  # scope check: another tenant's task is NotFound
+        self.get(task_id, tenant_id)  # scope check: another tenant's task is RecordNotFound
         q = (
             select(task_events)
             .where((task_events.c.task_id == task_id) & (task_events.c.seq > after_seq))
@@ -391,7 +392,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         if row is None:
             # Read after the transaction: on SQLite a second connection inside it would wait on
             # this one's write lock until the busy timeout.
-            task = self.get(task_id, tenant_id)  # NotFound, or terminal: nothing to cancel
+            task = self.get(task_id, tenant_id)  # RecordNotFound, or terminal: nothing to cancel
             return CancelResult(task, accepted=False, dispatch=None)
         task = task_from_row(row)
         woke = task.status in PARKED and task.lease_owner is None

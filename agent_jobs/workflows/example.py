@@ -83,7 +83,7 @@ class ExampleWorkflow:
             ),
         )
 
-    def decide(self, inp: wf.StepInput) -> wf.Decision:
+    def decide(self, inp: wf.StepInput) -> wf.StepDecision:
         state = dict(inp.state)
         last = inp.resumed.kind if inp.resumed is not None else None
         if last == "approval_denied":
@@ -136,23 +136,23 @@ class ExampleWorkflow:
         try:
             transfer = future.result(timeout=self.call_timeout_s)
         except concurrent.futures.TimeoutError:
-            return wf.Unknown("timeout")
+            return wf.EffectUnknown("timeout")
         except BackendRejected as exc:
-            return wf.Rejected(exc.code)
+            return wf.EffectRejected(exc.code)
         except BackendThrottled as exc:
             # Refused under load before committing: not applied, wanted still; same key later.
-            return wf.Throttled(exc.retry_after_s, str(exc))
+            return wf.EffectThrottled(exc.retry_after_s, str(exc))
         except BackendUnavailable as exc:
             # Refused before committing: a definitive "not applied".
-            return wf.Rejected("unavailable", str(exc))
+            return wf.EffectRejected("unavailable", str(exc))
         except (TimeoutError, ConnectionError) as exc:
-            return wf.Unknown(type(exc).__name__)
+            return wf.EffectUnknown(type(exc).__name__)
         finally:
             pool.shutdown(wait=False)
         inp.emit(
             "execute_tool " + TOOL, {"outcome": "ok", "idempotency_key": action.idempotency_key}
         )
-        return wf.Ok(transfer.as_dict())
+        return wf.EffectApplied(transfer.as_dict())
 
     def reconcile(self, inp: wf.StepInput, action: Action) -> wf.ReconcileResult:
         try:
@@ -160,7 +160,7 @@ class ExampleWorkflow:
         except BackendUnavailable as exc:
             return wf.LookupFailed(str(exc))
         if found is None:
-            return wf.NotFound()
+            return wf.NoEffect()
         args = action.args
         if (found.account, found.amount_minor, found.currency) != (
             args["account"],

@@ -21,10 +21,10 @@ class NoActions:
         return wf.Authorization("deny", self.policy, "this workflow has no actions")
 
     def execute(self, inp: wf.StepInput, action: Action) -> wf.EffectOutcome:
-        return wf.Rejected("no_actions")
+        return wf.EffectRejected("no_actions")
 
     def reconcile(self, inp: wf.StepInput, action: Action) -> wf.ReconcileResult:
-        return wf.NotFound()
+        return wf.NoEffect()
 
     def after_effect(
         self, inp: wf.StepInput, action: Action, result: dict[str, Any]
@@ -56,7 +56,7 @@ class NoopWorkflow(NoActions):
         """Steps that do no I/O run in one transaction, without a lease (see the runner)."""
         return not inp.input.get("sleep_ms")
 
-    def decide(self, inp: wf.StepInput) -> wf.Decision:
+    def decide(self, inp: wf.StepInput) -> wf.StepDecision:
         sleep_ms = inp.input.get("sleep_ms", 0)
         if sleep_ms:
             time.sleep(sleep_ms / 1000)

@@ -44,7 +44,7 @@ def test_a_draft_is_handed_to_the_verifier(store: Any, tenant: str) -> None:
 
 def test_a_definitive_rejection_goes_back_to_running(store: Any, tenant: str) -> None:
     h, task = run(
-        store, tenant, Scripted(execute=lambda self, i, a: wf.Rejected("insufficient_funds"))
+        store, tenant, Scripted(execute=lambda self, i, a: wf.EffectRejected("insufficient_funds"))
     )
     final = h.settle(task.id)
     names = events(store, task.id)
@@ -72,9 +72,9 @@ def test_invalid_input_found_by_start_stops_the_task(store: Any, tenant: str) ->
 
 
 def test_a_retry_decision_parks_and_comes_back_due(store: Any, tenant: str) -> None:
-    answers: list[wf.Decision] = []
+    answers: list[wf.StepDecision] = []
 
-    def decide(self: Scripted, i: wf.StepInput) -> wf.Decision:
+    def decide(self: Scripted, i: wf.StepInput) -> wf.StepDecision:
         if not answers:
             answers.append(wf.Retry("rate limited upstream"))
             return answers[0]
@@ -96,7 +96,7 @@ def test_a_late_result_from_a_worker_that_lost_its_lease_is_kept_and_changes_not
         h = holder["h"]
         h.expire_lease(i.task_id)
         assert h.store.claim(i.task_id, "another-worker", 30) is not None  # it moves on
-        return wf.Ok({"ref": "r1"})
+        return wf.EffectApplied({"ref": "r1"})
 
     h, task = run(store, tenant, Scripted(execute=execute))
     holder["h"] = h
@@ -113,10 +113,10 @@ def test_an_unknown_effect_of_a_cancelled_task_that_is_not_found_is_escalated(
 
     def execute(self: Scripted, i: wf.StepInput, a: Action) -> wf.EffectOutcome:
         holder["h"].orchestrator.cancel(i.task_id)
-        return wf.Unknown("timeout")
+        return wf.EffectUnknown("timeout")
 
     h, task = run(
-        store, tenant, Scripted(execute=execute, reconcile=lambda self, i, a: wf.NotFound())
+        store, tenant, Scripted(execute=execute, reconcile=lambda self, i, a: wf.NoEffect())
     )
     holder["h"] = h
     final = h.settle(task.id)
@@ -139,12 +139,12 @@ def test_policy_that_denies_when_an_expired_grant_would_be_asked_again_escalates
     def execute(self: Scripted, i: wf.StepInput, a: Action) -> wf.EffectOutcome:
         (approval,) = holder["h"].store.list_approvals(i.tenant_id)
         holder["h"].expire_approval(approval.approval_id)  # the grant lapses meanwhile
-        return wf.Unknown("timeout")
+        return wf.EffectUnknown("timeout")
 
     h, task = run(
         store,
         tenant,
-        Scripted(authorize=authorize, execute=execute, reconcile=lambda self, i, a: wf.NotFound()),
+        Scripted(authorize=authorize, execute=execute, reconcile=lambda self, i, a: wf.NoEffect()),
     )
     holder["h"] = h
     h.run_until_idle()
@@ -172,7 +172,7 @@ def test_a_lost_lease_over_an_unreadable_effect_record_escalates_and_the_sweep_g
             )
         h.expire_lease(i.task_id)
         assert h.sweepers.lease() == 1
-        return wf.Ok({})
+        return wf.EffectApplied({})
 
     h, task = run(store, tenant, Scripted(execute=execute))
     holder["h"] = h

@@ -58,8 +58,8 @@ class Scripted:
     def start(self, inp: wf.StepInput) -> dict[str, Any]:
         return self._hook("start", lambda i: {"phase": "read"}, inp)  # type: ignore[no-any-return]
 
-    def decide(self, inp: wf.StepInput) -> wf.Decision:
-        def default(i: wf.StepInput) -> wf.Decision:
+    def decide(self, inp: wf.StepInput) -> wf.StepDecision:
+        def default(i: wf.StepInput) -> wf.StepDecision:
             phase = i.state.get("phase")
             if phase == "read":
                 return wf.Observe({**i.state, "phase": "act", "read": "ok"})
@@ -75,10 +75,10 @@ class Scripted:
         )
 
     def execute(self, inp: wf.StepInput, act: Action) -> wf.EffectOutcome:
-        return self._hook("execute", lambda i, a: wf.Ok({"ref": "r1"}), inp, act)  # type: ignore[no-any-return]
+        return self._hook("execute", lambda i, a: wf.EffectApplied({"ref": "r1"}), inp, act)  # type: ignore[no-any-return]
 
     def reconcile(self, inp: wf.StepInput, act: Action) -> wf.ReconcileResult:
-        return self._hook("reconcile", lambda i, a: wf.NotFound(), inp, act)  # type: ignore[no-any-return]
+        return self._hook("reconcile", lambda i, a: wf.NoEffect(), inp, act)  # type: ignore[no-any-return]
 
     def after_effect(
         self, inp: wf.StepInput, act: Action, result: dict[str, Any]
@@ -144,7 +144,7 @@ def test_a_write_the_database_refuses_is_counted_and_the_checkpoint_stays_intact
     """A read step whose new state cannot be written (here: not JSON at all, a bug) fails the
     commit; the failure is recorded without that state, and the last checkpoint is kept."""
 
-    def bad_read(self: Scripted, i: wf.StepInput) -> wf.Decision:
+    def bad_read(self: Scripted, i: wf.StepInput) -> wf.StepDecision:
         if i.state.get("phase") == "read":
             return wf.Observe({**i.state, "unwritable": {1, 2}})  # a set: no JSON for it
         return wf.ToVerify(i.state)
@@ -251,7 +251,7 @@ def test_reconcile_failures_of_one_effect_do_not_count_against_the_next(
     """Two effects, each with max-1 failed lookups before it is found: neither escalates."""
     lookups: dict[str, int] = {}
 
-    def decide(self: Scripted, i: wf.StepInput) -> wf.Decision:
+    def decide(self: Scripted, i: wf.StepInput) -> wf.StepDecision:
         n = int(i.state.get("effects", 0))
         if n < 2:
             a = Action(
@@ -272,7 +272,7 @@ def test_reconcile_failures_of_one_effect_do_not_count_against_the_next(
         tenant,
         Scripted(
             decide=decide,
-            execute=lambda self, i, a: wf.Unknown("timeout"),
+            execute=lambda self, i, a: wf.EffectUnknown("timeout"),
             reconcile=reconcile,
             verify_after_effect=False,
         ),
@@ -290,7 +290,7 @@ def test_a_lookup_that_keeps_failing_escalates(store: Any, tenant: str) -> None:
         store,
         tenant,
         Scripted(
-            execute=lambda self, i, a: wf.Unknown("timeout"),
+            execute=lambda self, i, a: wf.EffectUnknown("timeout"),
             reconcile=lambda self, i, a: wf.LookupFailed("down"),
         ),
     )
@@ -304,7 +304,7 @@ def test_an_effect_found_but_different_escalates(store: Any, tenant: str) -> Non
         store,
         tenant,
         Scripted(
-            execute=lambda self, i, a: wf.Unknown("timeout"),
+            execute=lambda self, i, a: wf.EffectUnknown("timeout"),
             reconcile=lambda self, i, a: wf.Different("amount 500, intent 100"),
         ),
     )
@@ -317,7 +317,11 @@ def test_an_effect_found_but_different_escalates(store: Any, tenant: str) -> Non
 
 
 def test_a_throttled_effect_waits_and_is_resent_with_the_same_key(store: Any, tenant: str) -> None:
-    answers = [wf.Throttled(0.2, "429 Too Many Requests"), wf.Throttled(None, "503"), wf.Ok({})]
+    answers = [
+        wf.EffectThrottled(0.2, "429 Too Many Requests"),
+        wf.EffectThrottled(None, "503"),
+        wf.EffectApplied({}),
+    ]
 
     def execute(self: Scripted, i: wf.StepInput, a: Action) -> wf.EffectOutcome:
         return answers.pop(0)
@@ -341,7 +345,7 @@ def test_a_throttled_effect_waits_and_is_resent_with_the_same_key(store: Any, te
 def test_an_approved_action_throttled_is_resent_under_the_same_approval(
     store: Any, tenant: str
 ) -> None:
-    answers = [wf.Throttled(0.1, "429"), wf.Ok({})]
+    answers = [wf.EffectThrottled(0.1, "429"), wf.EffectApplied({})]
     h, task = run(
         store,
         tenant,
@@ -364,7 +368,7 @@ def test_throttling_past_its_bound_escalates_with_the_reason(store: Any, tenant:
     h, task = run(
         store,
         tenant,
-        Scripted(execute=lambda self, i, a: wf.Throttled(0.4, "429 slow down")),
+        Scripted(execute=lambda self, i, a: wf.EffectThrottled(0.4, "429 slow down")),
         settings=bounded,
     )
     final = h.settle(task.id)
@@ -378,7 +382,7 @@ def test_throttling_past_its_bound_escalates_with_the_reason(store: Any, tenant:
 def test_a_cancel_during_a_throttle_wait_cancels_and_closes_the_intent(
     store: Any, tenant: str
 ) -> None:
-    h, task = run(store, tenant, Scripted(execute=lambda self, i, a: wf.Throttled(30, "429")))
+    h, task = run(store, tenant, Scripted(execute=lambda self, i, a: wf.EffectThrottled(30, "429")))
     h.run_until_idle()
     assert store.get(task.id).status is S.RETRY_WAIT
     h.orchestrator.cancel(task.id)
@@ -398,7 +402,7 @@ def test_a_cancel_after_the_effect_committed_ends_with_the_effect_in_the_outcome
 
     def execute(self: Scripted, i: wf.StepInput, a: Action) -> wf.EffectOutcome:
         holder["h"].orchestrator.cancel(i.task_id)  # the cancel arrives while the call is out
-        return wf.Ok({"ref": "r1"})
+        return wf.EffectApplied({"ref": "r1"})
 
     wf_ = Scripted(
         execute=execute,
@@ -442,7 +446,7 @@ class Chaotic(Scripted):
         self.nxt("start")
         return {"phase": "read"}
 
-    def decide(self, inp: wf.StepInput) -> wf.Decision:
+    def decide(self, inp: wf.StepInput) -> wf.StepDecision:
         if self.nxt("decide") == "retry":
             return wf.Retry("transient")
         return super().decide(inp)
@@ -450,15 +454,15 @@ class Chaotic(Scripted):
     def execute(self, inp: wf.StepInput, act: Action) -> wf.EffectOutcome:
         what = self.nxt("execute")
         if what == "unknown":
-            return wf.Unknown("timeout")
+            return wf.EffectUnknown("timeout")
         if what == "throttle":
-            return wf.Throttled(0.01, "429")
-        return wf.Ok({})
+            return wf.EffectThrottled(0.01, "429")
+        return wf.EffectApplied({})
 
     def reconcile(self, inp: wf.StepInput, act: Action) -> wf.ReconcileResult:
         if self.nxt("reconcile") == "lookup_failed":
             return wf.LookupFailed("down")
-        return wf.NotFound()
+        return wf.NoEffect()
 
     def verify(self, inp: wf.StepInput) -> wf.Verdict:
         if self.nxt("verify") == "retry":
@@ -500,8 +504,8 @@ def test_an_operator_hold_waits_past_the_throttle_bound_and_never_escalates(
     """Effects stopped by an operator come back as a throttle `by_operator`: the task waits
     as long as the switch is on, however long that is, then acts."""
     bounded = TEST_SETTINGS.with_overrides(throttle_max_wait_s=1.0)
-    answers = [wf.Throttled(0.6, "effects stopped by operator", by_operator=True)] * 5
-    answers.append(wf.Ok({}))
+    answers = [wf.EffectThrottled(0.6, "effects stopped by operator", by_operator=True)] * 5
+    answers.append(wf.EffectApplied({}))
 
     def execute(self: Scripted, i: wf.StepInput, a: Action) -> wf.EffectOutcome:
         return answers.pop(0)

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 
-from agent_jobs.core.errors import ApprovalError, NotFound
+from agent_jobs.core.errors import ApprovalError, RecordNotFound
 from agent_jobs.store import Store
 from agent_jobs.store.schema import approvals
 from tests.contract.support import action, n_events, park_for_approval, running, shift
@@ -81,11 +81,11 @@ def test_an_approval_is_decided_once(store: Store, tenant: str, first: bool, sec
 
 
 def test_another_tenants_approval_is_not_found(store: Store, tenant: str) -> None:
-    """Invariant 7: another tenant's approval is NotFound, never refused as forbidden."""
+    """Invariant 7: another tenant's approval is RecordNotFound, never refused as forbidden."""
     parked(store, tenant)
-    with pytest.raises(NotFound):
+    with pytest.raises(RecordNotFound):
         store.approval("apr_1", tenant + "x")
-    with pytest.raises(NotFound):
+    with pytest.raises(RecordNotFound):
         store.decide_approval("apr_1", "usr_lead", grant=True, tenant_id=tenant + "x")
     assert store.approval("apr_1").status == "pending"
     assert store.list_approvals(tenant + "x") == []
@@ -93,8 +93,8 @@ def test_another_tenants_approval_is_not_found(store: Store, tenant: str) -> Non
 
 
 def test_an_unknown_approval_is_not_found(store: Store, tenant: str) -> None:
-    """Invariant 7: an unknown approval is NotFound, like another tenant's."""
-    with pytest.raises(NotFound):
+    """Invariant 7: an unknown approval is RecordNotFound, like another tenant's."""
+    with pytest.raises(RecordNotFound):
         store.decide_approval("apr_nope", "usr_lead", grant=True, tenant_id=tenant)
 
 

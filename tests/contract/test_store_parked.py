@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from agent_jobs.core.errors import NotFound
+from agent_jobs.core.errors import RecordNotFound
 from agent_jobs.core.states import Status
 from agent_jobs.orchestrator.sweepers import Sweepers
 from agent_jobs.store import Store
@@ -155,8 +155,8 @@ def test_cancel_on_a_terminal_task_is_refused(store: Store, tenant: str, end: St
 
 
 def test_cancel_is_scoped_by_tenant(store: Store, tenant: str) -> None:
-    """Invariant 7: another tenant's task is NotFound for cancel too."""
+    """Invariant 7: another tenant's task is RecordNotFound for cancel too."""
     task = new_task(store, tenant)
-    with pytest.raises(NotFound):
+    with pytest.raises(RecordNotFound):
         store.request_cancel(task.id, tenant + "x")
     assert not store.get(task.id).cancel_requested

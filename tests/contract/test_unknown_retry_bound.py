@@ -29,7 +29,7 @@ class BlackHole:
     def start(self, inp: wf.StepInput) -> dict[str, Any]:
         return {}
 
-    def decide(self, inp: wf.StepInput) -> wf.Decision:
+    def decide(self, inp: wf.StepInput) -> wf.StepDecision:
         action = Action(
             tool="void.send", tool_version="1", args={"n": 1}, idempotency_key=f"void:{inp.task_id}"
         )
@@ -40,11 +40,11 @@ class BlackHole:
 
     def execute(self, inp: wf.StepInput, action: Action) -> wf.EffectOutcome:
         self.sent += 1
-        return wf.Unknown("timeout")
+        return wf.EffectUnknown("timeout")
 
     def reconcile(self, inp: wf.StepInput, action: Action) -> wf.ReconcileResult:
         self.looked += 1
-        return wf.NotFound()
+        return wf.NoEffect()
 
     def after_effect(
         self, inp: wf.StepInput, action: Action, result: dict[str, Any]

@@ -131,7 +131,7 @@ class _NeedsTheModel(NoActions):
     def start(self, inp: wf.StepInput) -> dict[str, Any]:
         return {}
 
-    def decide(self, inp: wf.StepInput) -> wf.Decision:
+    def decide(self, inp: wf.StepInput) -> wf.StepDecision:
         holder = f"{inp.task_id}:{uuid.uuid4().hex}"
         if not self.slots.acquire(holder):
             raise ModelCapSaturated("all model slots are in use")

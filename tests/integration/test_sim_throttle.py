@@ -46,14 +46,14 @@ def test_a_throttled_refund_is_throttled_not_unknown_and_the_same_key_succeeds_l
     workflow = RefundWorkflow(scripted_services(sim.base_url))
     sim.admin.arm("refunds.create", "throttle", retry_after="2")
     out = workflow.execute(step_input(approved_state()), ACTION)
-    assert isinstance(out, wf.Throttled) and out.retry_after_s == 2.0
+    assert isinstance(out, wf.EffectThrottled) and out.retry_after_s == 2.0
     assert out.reason.startswith("rate_limited")
     assert sim.admin.refunds() == []  # nothing was applied
     [entry] = sim.admin.requests("refunds.create")
     assert (entry["status"], entry["fault"]) == (429, "throttle")
 
     again = workflow.execute(step_input(approved_state()), ACTION)
-    assert isinstance(again, wf.Ok) and again.result["refund"]["refund_id"] == "rf_3301"
+    assert isinstance(again, wf.EffectApplied) and again.result["refund"]["refund_id"] == "rf_3301"
     keys = [e["idempotency_key"] for e in sim.admin.requests("refunds.create")]
     assert keys == [ACTION.idempotency_key] * 2
 
@@ -62,9 +62,9 @@ def test_a_503_is_a_throttle_only_when_it_says_when(sim: SimServer) -> None:
     workflow = RefundWorkflow(scripted_services(sim.base_url))
     sim.admin.arm("refunds.create", "error_before_commit", retry_after="garbage, not a delay")
     out = workflow.execute(step_input(approved_state()), ACTION)
-    assert isinstance(out, wf.Throttled) and out.retry_after_s is None  # no usable hint
+    assert isinstance(out, wf.EffectThrottled) and out.retry_after_s is None  # no usable hint
     sim.admin.arm("refunds.create", "error_before_commit")
-    assert isinstance(workflow.execute(step_input(approved_state()), ACTION), wf.Unknown)
+    assert isinstance(workflow.execute(step_input(approved_state()), ACTION), wf.EffectUnknown)
 
 
 def test_a_throttled_reconcile_lookup_is_a_failed_lookup_not_not_found(sim: SimServer) -> None:
@@ -74,7 +74,7 @@ def test_a_throttled_reconcile_lookup_is_a_failed_lookup_not_not_found(sim: SimS
     found = workflow.reconcile(step_input(approved_state()), ACTION)
     assert found == wf.LookupFailed("rate_limited")
     assert len(sim.admin.requests("refunds.get_by_key")) == 1
-    assert workflow.reconcile(step_input(approved_state()), ACTION) == wf.NotFound()
+    assert workflow.reconcile(step_input(approved_state()), ACTION) == wf.NoEffect()
 
 
 def test_a_read_throttled_briefly_is_waited_out(sim: SimServer) -> None:

@@ -39,7 +39,7 @@ class Counting(NoActions):
     def start(self, inp: wf.StepInput) -> dict[str, Any]:
         return {"left": 3}
 
-    def decide(self, inp: wf.StepInput) -> wf.Decision:
+    def decide(self, inp: wf.StepInput) -> wf.StepDecision:
         with self.lock:
             self.now += 1
             self.peak = max(self.peak, self.now)

@@ -136,7 +136,7 @@ def ask(
     tools: list[ToolDescriptor],
     facts: dict[str, Any],
     extra: str = "",
-) -> Asked | wf.Decision:
+) -> Asked | wf.StepDecision:
     """One model decision point. Returns the proposal, or the decision a failure calls for."""
     state = copy.deepcopy(state)
     route = str(inp.pinned.get("model_route") or ROUTE_KEY)

@@ -84,7 +84,7 @@ class ToolPinBroken(Exception):
     """A tool's schema version differs from the one the task was pinned to."""
 
 
-def decide(services: RefundServices, inp: wf.StepInput) -> wf.Decision:
+def decide(services: RefundServices, inp: wf.StepInput) -> wf.StepDecision:
     """One durable step of the RUNNING phases (see the module doc)."""
     state = copy.deepcopy(inp.state)
     state.pop("runtime", None)  # the orchestrator's; it puts its own copy back
@@ -94,7 +94,7 @@ def decide(services: RefundServices, inp: wf.StepInput) -> wf.Decision:
         return wf.Escalate(f"tool schema changed under the task: {exc}", state)
 
 
-def _decide(c: Ctx) -> wf.Decision:
+def _decide(c: Ctx) -> wf.StepDecision:
     state = c.state
     if state.get("awaiting") == "authorization":
         return after_gate(c)
@@ -180,7 +180,7 @@ def _advance(state: dict[str, Any]) -> None:
         state["phase"] = "policy" if state["phase"] == "investigate" else "decide"
 
 
-def ask_reads(c: Ctx, phase: str) -> wf.Decision:
+def ask_reads(c: Ctx, phase: str) -> wf.StepDecision:
     state = c.state
     # Only answered asks count: an outage or an invalid answer is the retry budget's business.
     answered = int((state.get("asks") or {}).get(phase, 0))
@@ -205,7 +205,7 @@ def ask_reads(c: Ctx, phase: str) -> wf.Decision:
     return wf.Observe(state, note=f"{step}: no reads proposed")
 
 
-def run_planned(c: Ctx) -> wf.Decision:
+def run_planned(c: Ctx) -> wf.StepDecision:
     """Run the persisted reads in parallel; transient failures are retried without the model."""
     state = c.state
     calls = list(state["planned"]["calls"])
@@ -239,7 +239,7 @@ def _reason(text: Any) -> str:
     return value if _REASON.match(value) else "unspecified"
 
 
-def ask_decision(c: Ctx) -> wf.Decision:
+def ask_decision(c: Ctx) -> wf.StepDecision:
     refunds = c.services.tools.resolve("refunds.create", c.inp.tenant_id)
     if not isinstance(refunds, ToolDescriptor):
         # An operator switched refunds off (or the tenant to read-only): a person decides; the
@@ -281,7 +281,7 @@ def ask_decision(c: Ctx) -> wf.Decision:
     return wf.Observe(state, note="unusable proposal; asking again")
 
 
-def act(c: Ctx, args: dict[str, Any]) -> wf.Decision:
+def act(c: Ctx, args: dict[str, Any]) -> wf.StepDecision:
     """Turn the proposed refund into an exact `Action` for the gate: pinned tool version, key
     derived from the request and the payment (the action's identity, never the attempt)."""
     state = c.state
@@ -305,7 +305,7 @@ def act(c: Ctx, args: dict[str, Any]) -> wf.Decision:
     return wf.Act(action, state)
 
 
-def after_gate(c: Ctx) -> wf.Decision:
+def after_gate(c: Ctx) -> wf.StepDecision:
     """Back in RUNNING after proposing: `inp.resumed` says why."""
     state = c.state
     resumed = c.inp.resumed
@@ -355,7 +355,7 @@ def after_gate(c: Ctx) -> wf.Decision:
 # -- confirm and draft --------------------------------------------------------------------------
 
 
-def confirm(c: Ctx) -> wf.Decision:
+def confirm(c: Ctx) -> wf.StepDecision:
     """The deterministic verification read: the refund as the ledger has it now."""
     state = c.state
     key = str(state.get("refund_key"))
@@ -386,7 +386,7 @@ def confirm(c: Ctx) -> wf.Decision:
     return wf.Observe(state, note="refund confirmed in the ledger")
 
 
-def _lagging(c: Ctx) -> wf.Decision:
+def _lagging(c: Ctx) -> wf.StepDecision:
     """The ledger does not show the refund yet. A read replica or a queue behind the write can
     lag it by a second or two, so read again after a pause (parked in RETRY_WAIT, holding no
     worker), bounded by a count and by `confirm_lag_s` since the first miss; then a person looks.
@@ -409,7 +409,7 @@ def _lagging(c: Ctx) -> wf.Decision:
     return wf.Retry(f"the ledger does not show the refund yet (read {misses})", state, pause)
 
 
-def ask_draft(c: Ctx) -> wf.Decision:
+def ask_draft(c: Ctx) -> wf.StepDecision:
     asked = ask(c.services, c.inp, c.state, "draft_reply", tools=[], facts=model_facts(c.state))
     if not isinstance(asked, Asked):
         return asked

@@ -151,7 +151,7 @@ class RefundWorkflow:
             data.message, data.channel, data.order_id, st.request_id(inp.idempotency_key)
         )
 
-    def decide(self, inp: wf.StepInput) -> wf.Decision:
+    def decide(self, inp: wf.StepInput) -> wf.StepDecision:
         return phases.decide(self.services, inp)
 
     def authorize(self, inp: wf.StepInput, action: Action) -> wf.Authorization:
@@ -177,7 +177,7 @@ class RefundWorkflow:
         runtime = inp.state.get("runtime") or {}
         recorded = inp.state.get("proposal") or {}
         if not recorded.get("action_hash"):
-            return wf.Rejected("no_recorded_decision", "no policy decision was recorded")
+            return wf.EffectRejected("no_recorded_decision", "no policy decision was recorded")
         call = refund_call(
             action.args,
             action.idempotency_key,
@@ -190,23 +190,23 @@ class RefundWorkflow:
         outcome = run_one(self.services, inp, call, STEP_EXECUTE, self._request_id(inp))
         if isinstance(outcome, Ok):
             result = outcome.result if isinstance(outcome.result, dict) else {}
-            return wf.Ok(
+            return wf.EffectApplied(
                 {"refund": result, "found_by": "create", "replayed": outcome.status_code == 200}
             )
         if isinstance(outcome, Rejected) and not outcome.transient:
-            return wf.Rejected(outcome.code, outcome.message)
+            return wf.EffectRejected(outcome.code, outcome.message)
         if outcome.kind == "throttled":
             # Refused under load before anything was applied (429, or 503 + Retry-After): the
             # orchestrator parks the task and sends the same key and grant after the delay.
             reason = f"{outcome.code}: {outcome.message}" if outcome.message else outcome.code
-            return wf.Throttled(
+            return wf.EffectThrottled(
                 outcome.retry_after_s, reason[:200], by_operator=outcome.by_operator
             )
         # A transient refusal (408) applied nothing, but "unknown" sends the task to look it up
         # and retry with the same key and grant, where a rejection would re-plan and make a
         # person approve the same refund twice.
         reason = outcome.reason if outcome.kind == "unknown" else outcome.code
-        return wf.Unknown(f"{reason}: {outcome.message}"[:200])
+        return wf.EffectUnknown(f"{reason}: {outcome.message}"[:200])
 
     def reconcile(self, inp: wf.StepInput, action: Action) -> wf.ReconcileResult:
         args = {"idempotency_key": action.idempotency_key}
@@ -216,7 +216,7 @@ class RefundWorkflow:
             return wf.LookupFailed(getattr(outcome, "code", "unknown"))
         rows = (outcome.result or {}).get("refunds", []) if isinstance(outcome.result, dict) else []
         if not rows:
-            return wf.NotFound()
+            return wf.NoEffect()
         row = rows[0]
         wanted = {k: action.args[k] for k in ("payment_id", "amount_minor", "currency")}
         found = {k: row.get(k) for k in wanted}
