@@ -29,8 +29,13 @@ def control_for(prefix: str) -> Any:
         app.conf.control_exchange = saved
 
 
+PRODUCTION_APP = "agent_jobs"
+BENCH_APP = "agent_jobs.bench.app"  # the production app plus the benchmarks' own tasks
+
+
 class WorkerProcess:
-    """`celery -A agent_jobs worker` as a real process group that can be SIGKILLed."""
+    """`celery -A <app> worker` as a real process group that can be SIGKILLed; by default the
+    production app, exactly as an operator starts it."""
 
     def __init__(
         self,
@@ -42,6 +47,7 @@ class WorkerProcess:
         concurrency: int = 2,
         loglevel: str = "INFO",
         queues: list[str] | None = None,
+        app: str = PRODUCTION_APP,
     ) -> None:
         self.name = name
         self.log = log
@@ -50,7 +56,7 @@ class WorkerProcess:
         self.prefix = child_env.get("AGENT_JOBS_QUEUE_PREFIX") or load_settings().queue_prefix
         self._out: IO[str] = open(log, "w")  # noqa: SIM115 - closed in stop()
         cmd = [
-            sys.executable, "-m", "celery", "-A", "agent_jobs", "worker",
+            sys.executable, "-m", "celery", "-A", app, "worker",
             "--pool", pool, "--concurrency", str(concurrency),
             "--hostname", f"{name}@%h", "--loglevel", loglevel,
             "--without-mingle", "--without-gossip", "--without-heartbeat",
@@ -98,8 +104,15 @@ class WorkerProcess:
 
 
 def start_workers(
-    env: dict[str, str], count: int, logdir: Path, *, pool: str = "solo", concurrency: int = 1
+    env: dict[str, str],
+    count: int,
+    logdir: Path,
+    *,
+    pool: str = "solo",
+    concurrency: int = 1,
+    app: str = BENCH_APP,
 ) -> list[WorkerProcess]:
+    """Benchmark workers: by default on the bench app, which knows the floor and chain tasks."""
     workers = [
         WorkerProcess(
             env,
@@ -108,6 +121,7 @@ def start_workers(
             pool=pool,
             concurrency=concurrency,
             loglevel="WARNING",
+            app=app,
         )
         for i in range(count)
     ]

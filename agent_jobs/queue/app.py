@@ -11,10 +11,8 @@ from agent_jobs.config import settings
 from agent_jobs.queue.consumers import TenantQueues
 from agent_jobs.queue.runtime import bind_app
 
-app = Celery(
-    "agent_jobs",
-    include=["agent_jobs.queue.tasks", "agent_jobs.bench.floor_task", "agent_jobs.api.submit_task"],
-)
+# The benchmarks' own tasks are not here: `celery -A agent_jobs.bench.app` adds them.
+app = Celery("agent_jobs", include=["agent_jobs.queue.tasks", "agent_jobs.api.submit_task"])
 app.config_from_object("agent_jobs.queue.celery_config")
 _override = settings().celery_config
 if _override:
