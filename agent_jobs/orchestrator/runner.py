@@ -18,13 +18,21 @@ from agent_jobs.config import Settings
 from agent_jobs.core.contracts import ApprovalView, TaskRequest
 from agent_jobs.core.errors import ApprovalError, Deferred, StaleTransition, UnknownWorkflow
 from agent_jobs.core.patch import Patch
-from agent_jobs.core.states import TERMINAL, Status
+from agent_jobs.core.states import EFFECT_IN_FLIGHT, TERMINAL, Status
 from agent_jobs.orchestrator.leases import LeaseKeeper
 from agent_jobs.orchestrator.ports import NullObserver, Observer, Publisher
 from agent_jobs.orchestrator.registry import WorkflowRegistry
 from agent_jobs.orchestrator.steps import Session, Steps
 from agent_jobs.orchestrator.workflow import Workflow
-from agent_jobs.store import CancelResult, CreateResult, Dispatch, Lease, Store, TaskRow
+from agent_jobs.store import (
+    CancelResult,
+    CreateResult,
+    Dispatch,
+    Lease,
+    PendingEvent,
+    Store,
+    TaskRow,
+)
 
 log = logging.getLogger(__name__)
 S = Status
@@ -283,9 +291,33 @@ class Orchestrator:
             lease=lease,
             workflow=timed,
             commit_keep=_refuse if quick else (lambda patch: self._commit_keep(session, patch)),
-            emit=lambda type_, data: self._emit(lease.task_id, type_, data),
+            emit=(
+                (lambda type_, data: self._emit(lease.task_id, type_, data))
+                if quick
+                else (lambda type_, data: self._record(session, type_, data))
+            ),
         )
         return session
+
+    def _record(self, s: Session, type_: str, data: dict[str, Any]) -> None:
+        """An event a hook recorded: held for the step's next commit, which writes it in the
+        same transaction (a model call or a read costs no commit of its own). Once an effect
+        is in flight (EXECUTING, EXEC_UNKNOWN) it is written at once: the audit record of a
+        call that may have reached a system of record must outlive this worker."""
+        if s.lease.task.status in EFFECT_IN_FLIGHT:
+            self._emit(s.lease.task_id, type_, data)
+        else:
+            s.pending.append(PendingEvent(type_, data, time.monotonic()))
+
+    def _flush(self, s: Session) -> None:
+        """Write what a step recorded but did not commit (it ended without a transition, lost
+        its task, or failed to record its failure): the calls happened all the same."""
+        events, s.pending = s.pending, []
+        if events:
+            try:
+                self.store.append_events(s.lease.task_id, events)
+            except Exception:  # an audit append must not turn a finished step into a failure
+                log.exception("could not append %d events to %s", len(events), s.lease.task_id)
 
     def _leased_step(self, lease: Lease, started: float) -> StepReport:
         self.keeper.hold(lease)
@@ -309,6 +341,13 @@ class Orchestrator:
             reason = str(UnknownWorkflow(task.workflow, self.workflows.names()))
             return self._finish(session, self.steps.stop(session, reason, prefer=S.ESCALATED))
         session = self._session(lease, workflow)
+        try:
+            return self._advance_session(session)
+        finally:
+            self._flush(session)
+
+    def _advance_session(self, session: Session) -> StepReport:
+        task = session.lease.task
         try:
             patch = self._dispatch_status(session)
         except StaleTransition as exc:
@@ -380,10 +419,14 @@ class Orchestrator:
     def _finish(self, s: Session, patch: Patch) -> StepReport:
         patch = self.steps.with_effects(s, patch)
         frm = s.lease.task.status
+        events = tuple(s.pending)
         try:
-            result = self.store.commit(s.lease, patch, lease_ttl_s=self.settings.lease_ttl_s)
+            result = self.store.commit(
+                s.lease, patch, lease_ttl_s=self.settings.lease_ttl_s, events=events
+            )
         except StaleTransition as exc:
             self.observer.stale_commit()
+            self._flush(s)  # what the step did is recorded, its result is not
             # A late result (a zombie's) is kept as an event and changes nothing.
             self._emit(
                 s.lease.task_id,
@@ -394,6 +437,7 @@ class Orchestrator:
             return StepReport(
                 s.lease.task_id, frm, None, stale=True, tenant_id=s.lease.task.tenant_id
             )
+        del s.pending[: len(events)]
         self.observer.transition(s.lease.task.workflow, frm.value, patch.to.value)
         return StepReport(
             s.lease.task_id,
@@ -405,7 +449,11 @@ class Orchestrator:
 
     def _commit_keep(self, s: Session, patch: Patch) -> Lease:
         frm = s.lease.task.status
-        result = self.store.commit(s.lease, patch, lease_ttl_s=self.settings.lease_ttl_s)
+        events = tuple(s.pending)
+        result = self.store.commit(
+            s.lease, patch, lease_ttl_s=self.settings.lease_ttl_s, events=events
+        )
+        del s.pending[: len(events)]
         assert result.lease is not None
         self.observer.transition(s.lease.task.workflow, frm.value, patch.to.value)
         return result.lease

@@ -11,7 +11,7 @@ import copy
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent_jobs.config import Settings
@@ -24,7 +24,7 @@ from agent_jobs.core.text import cut
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.orchestrator.ports import Observer
 from agent_jobs.policy.approvals import Grant, validate_grant
-from agent_jobs.store import Lease, Store
+from agent_jobs.store import Lease, PendingEvent, Store
 from agent_jobs.store.ids import new_id
 
 log = logging.getLogger(__name__)
@@ -57,12 +57,14 @@ def resume_status(raw: object) -> Status:
 
 @dataclass
 class Session:
-    """A claimed task being advanced: the lease (replaced after intermediate commits)."""
+    """A claimed task being advanced: the lease (replaced after intermediate commits) and the
+    events its hooks recorded that the step's next commit writes (`pending`)."""
 
     lease: Lease
     workflow: wf.Workflow
     commit_keep: Callable[[Patch], Lease]
     emit: Callable[[str, dict[str, Any]], None]
+    pending: list[PendingEvent] = field(default_factory=list)
 
     @property
     def task(self) -> Any:

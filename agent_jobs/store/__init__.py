@@ -1,7 +1,14 @@
 """Persistence. The only package that imports SQLAlchemy; everything else goes through `Store`."""
 
 from agent_jobs.store.approvals import DecisionResult
-from agent_jobs.store.rows import CommitResult, CreateResult, Dispatch, Lease, TaskRow
+from agent_jobs.store.rows import (
+    CommitResult,
+    CreateResult,
+    Dispatch,
+    Lease,
+    PendingEvent,
+    TaskRow,
+)
 from agent_jobs.store.store import CancelResult, Store
 from agent_jobs.store.submissions import RejectedSubmission
 
@@ -12,6 +19,7 @@ __all__ = [
     "DecisionResult",
     "Dispatch",
     "Lease",
+    "PendingEvent",
     "RejectedSubmission",
     "Store",
     "TaskRow",

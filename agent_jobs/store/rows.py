@@ -123,6 +123,17 @@ class Lease:
         return self.task.version
 
 
+@dataclass(frozen=True)
+class PendingEvent:
+    """A non-transition event a step recorded (a model call, a tool call's audit record), held
+    until the step's next commit writes it in the same transaction. `at` is `time.monotonic()`
+    when it happened: the write dates it that long before the database's clock."""
+
+    type: str
+    data: dict[str, Any]
+    at: float
+
+
 class Dispatch(NamedTuple):
     """A step message to publish once the transaction that recorded it has committed."""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +42,7 @@ from agent_jobs.store.rows import (
     CreateResult,
     Dispatch,
     Lease,
+    PendingEvent,
     TaskRow,
     effect_from_row,
     event_from_row,
@@ -56,6 +57,7 @@ from agent_jobs.store.submissions import SubmissionStore
 from agent_jobs.store.types import db_now, db_now_plus
 from agent_jobs.store.writes import (
     append_event,
+    append_pending,
     apply_patch,
     apply_patch_lean,
     insert_ignore,
@@ -321,9 +323,20 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
             raise StaleTransition(lease.task_id, lease.version, lease.epoch)
         return Lease(task=lease.task, owner=lease.owner, epoch=lease.epoch, expires_at=expires)
 
-    def commit(self, lease: Lease, patch: Patch, *, lease_ttl_s: float = 30.0) -> CommitResult:
-        """Apply one transition under `lease` (invariant 1). See `writes.apply_patch`."""
+    def commit(
+        self,
+        lease: Lease,
+        patch: Patch,
+        *,
+        lease_ttl_s: float = 30.0,
+        events: Sequence[PendingEvent] = (),
+    ) -> CommitResult:
+        """Apply one transition under `lease` (invariant 1), with the events the step recorded
+        before it (`events`, written first, in the same transaction). See `writes.apply_patch`."""
         with self.tx() as conn:
+            guard = (lease.task.version, lease.epoch, lease.owner)
+            if not append_pending(conn, lease.task_id, events, guard=guard):
+                raise StaleTransition(lease.task_id, lease.version, lease.epoch)
             task, dispatch = apply_patch(
                 conn,
                 lease.task,
@@ -357,6 +370,12 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
     def append_event(self, task_id: str, type_: str, data: dict[str, Any]) -> int:
         with self.tx() as conn:
             return append_event(conn, task_id, type_, data)
+
+    def append_events(self, task_id: str, events: Sequence[PendingEvent]) -> None:
+        """Held events of a step that ends without a commit of its own, in one transaction."""
+        if events:
+            with self.tx() as conn:
+                append_pending(conn, task_id, events)
 
     def events(
         self, task_id: str, tenant_id: str | None = None, after_seq: int = 0

@@ -6,6 +6,8 @@ Nothing else in the code base writes `tasks.status`.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Row, insert, select, text, update
@@ -17,7 +19,7 @@ from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import RUNNABLE, Status, check_transition
 from agent_jobs.core.text import to_json
 from agent_jobs.store import prepared
-from agent_jobs.store.rows import Dispatch, TaskRow, task_from_row
+from agent_jobs.store.rows import Dispatch, PendingEvent, TaskRow, task_from_row
 from agent_jobs.store.schema import approvals, dead_letters, effects, task_events, tasks
 from agent_jobs.store.types import db_now, db_now_plus
 
@@ -391,8 +393,10 @@ def append_event(
     data: dict[str, Any],
     *,
     status: Status | None = None,
+    ago_s: float = 0.0,
 ) -> int:
-    """Append an event that changes no status (audit records, late results, decisions)."""
+    """Append an event that changes no status (audit records, late results, decisions), dated
+    `ago_s` seconds before the database's clock."""
     row = conn.execute(
         update(tasks)
         .where(tasks.c.id == task_id)
@@ -411,10 +415,73 @@ def append_event(
             to_status=None,
             data=data,
             trace_id=trace_id,
-            at=db_now(),
+            at=db_now_plus(-ago_s) if ago_s else db_now(),
         )
     )
     return int(seq)
+
+
+# Several events in one statement: the sequence numbers reserved on the row, the rows inserted
+# from a JSON array, each dated `ago` seconds before the database's clock. Guarded like the CAS
+# when a lease is given, so a step that lost its task writes nothing through it.
+_PG_EVENTS_TEMPLATE = """
+WITH u AS (
+  UPDATE tasks SET event_seq = event_seq + :k
+  WHERE id = :id{guard}
+  RETURNING event_seq, trace_id, status
+)
+INSERT INTO task_events (task_id, seq, type, from_status, to_status, data, trace_id, at)
+SELECT :id, u.event_seq - :k + x.n, x.type, u.status, NULL, x.data, u.trace_id,
+       now() - make_interval(secs => x.ago)
+FROM u, jsonb_to_recordset(CAST(:events AS jsonb))
+  AS x(n integer, type varchar, data jsonb, ago double precision)
+"""
+_PG_EVENTS = text(_PG_EVENTS_TEMPLATE.format(guard=""))
+_PG_EVENTS_GUARDED = text(
+    _PG_EVENTS_TEMPLATE.format(
+        guard=" AND version = :version AND lease_epoch = :epoch"
+        " AND lease_owner IS NOT DISTINCT FROM CAST(:owner AS varchar)"
+    )
+)
+
+
+def append_pending(
+    conn: Connection,
+    task_id: str,
+    events: Sequence[PendingEvent],
+    *,
+    guard: tuple[int, int, str | None] | None = None,
+) -> bool:
+    """Write a step's held events, in order, before its transition (they happened first).
+    `guard` = (version, epoch, owner): only while the row is still as the step claimed it.
+    False when the guard matched nothing (the caller's commit will find it stale too)."""
+    if not events:
+        return True
+    now = time.monotonic()
+    if conn.dialect.name == "postgresql":
+        rows = [
+            {"n": i, "type": e.type, "data": e.data, "ago": max(0.0, now - e.at)}
+            for i, e in enumerate(events, start=1)
+        ]
+        params: dict[str, Any] = {"id": task_id, "k": len(rows), "events": to_json(rows)}
+        stmt = _PG_EVENTS
+        if guard is not None:
+            stmt = _PG_EVENTS_GUARDED
+            params.update(version=guard[0], epoch=guard[1], owner=guard[2])
+        return conn.execute(stmt, params).rowcount == len(rows)
+    if guard is not None:
+        version, epoch, owner = guard
+        cond = (
+            (tasks.c.id == task_id)
+            & (tasks.c.version == version)
+            & (tasks.c.lease_epoch == epoch)
+            & (tasks.c.lease_owner.is_(None) if owner is None else tasks.c.lease_owner == owner)
+        )
+        if conn.execute(select(tasks.c.id).where(cond)).first() is None:
+            return False
+    for e in events:
+        append_event(conn, task_id, e.type, e.data, ago_s=max(0.0, now - e.at))
+    return True
 
 
 def insert_ignore(dialect: str, table: Any) -> Any:
