@@ -49,7 +49,9 @@ class ArchiveStore(StoreBase):
         oldest = (
             select(tasks)
             .where(tasks.c.status.in_(FINISHED) & (tasks.c.updated_at < before))
-            .order_by(tasks.c.updated_at)
+            # The index's order (creation): a task that finished recently is read and skipped
+            # until it is due, which only a task that lived longer than the retention can be.
+            .order_by(tasks.c.created_at)
             .limit(limit)
         )
         if self.dialect == "postgresql":

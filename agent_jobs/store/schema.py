@@ -131,11 +131,13 @@ tasks = Table(
         "held_since",
         **_partial("held_since IS NOT NULL"),  # type: ignore[arg-type]
     ),
-    # Finished tasks by when they finished: what the archive sweeper prunes, oldest first
-    # (migration 0008). Finished tasks enter no other sweeper's index.
+    # Finished tasks, oldest first: what the archive sweeper prunes (migration 0009). Keyed on
+    # created_at, which never changes, not on updated_at, which every step changes: an index on
+    # it would rule out in-place (HOT) updates for every step. No other sweeper's index holds a
+    # finished task.
     Index(
         "ix_tasks_finished",
-        "updated_at",
+        "created_at",
         **_partial(f"status IN {_in(TERMINAL)}"),  # type: ignore[arg-type]
     ),
     Index(
