@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,12 @@ def register(sub: Any) -> None:
         help="with --compare: count latency as regressed when slower by more than this "
         "fraction (0.5 = 50%%); by default wall-clock latency is shown, not gated",
     )
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress lines, and the platform's own warnings (model output repaired, ...) "
+        "only when they are errors",
+    )
     p.set_defaults(func=cmd_eval)
 
 
@@ -47,6 +53,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 2
     chosen = suite(args.suite)
     say = None if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+    if args.quiet:
+        # The cases provoke what a worker warns about (injected text, broken model output):
+        # in a report run those lines are the suite working, not news.
+        logging.getLogger("agent_jobs").setLevel(logging.ERROR)
     report = run_suite(
         chosen,
         runs=args.runs,
