@@ -82,6 +82,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return _print(result, args.json, sweep.render)
 
 
+def cmd_history(args: argparse.Namespace) -> int:
+    from agent_jobs.bench import history  # noqa: PLC0415
+
+    result = history.run(
+        rows=args.rows,
+        events_per_task=args.events_per_task,
+        tasks=args.tasks,
+        steps=args.steps,
+        workers=args.workers,
+        rounds=args.rounds,
+        reseed=args.reseed,
+        progress=not args.json,
+    )
+    return _print(result, args.json, history.render)
+
+
 def cmd_chaos(args: argparse.Namespace) -> int:
     from agent_jobs.bench import chaos  # noqa: PLC0415
 
@@ -124,6 +140,20 @@ def cmd_cost_fairness(args: argparse.Namespace) -> int:
         progress=not args.json,
     )
     return _print(result, args.json, cost_fairness.render)
+
+
+def cmd_platform(args: argparse.Namespace) -> int:
+    from agent_jobs.bench import platform  # noqa: PLC0415
+
+    result = platform.run(
+        tasks=args.tasks,
+        workers=args.workers,
+        concurrent=args.concurrent,
+        warmup=args.warmup,
+        progress=not args.json,
+    )
+    _print(result, args.json, platform.render)
+    return 0 if not result["not_completed"] else 1  # a refund task that did not complete
 
 
 def _guarded(command: Any) -> Any:
@@ -207,6 +237,7 @@ def register(sub: Any) -> None:
     c.set_defaults(func=_guarded(cmd_chaos))
 
     _register_issue5(bsub)
+    _register_platform(bsub)
 
     s = bsub.add_parser("sweep", help="sweep cost with many finished tasks vs few")
     s.add_argument("--rows", type=int, default=1_000_000)
@@ -215,6 +246,8 @@ def register(sub: Any) -> None:
     s.add_argument("--repeats", type=int, default=7)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_guarded(cmd_sweep))
+
+    _register_history(bsub)
 
 
 def _register_issue5(bsub: Any) -> None:
@@ -243,3 +276,32 @@ def _register_issue5(bsub: Any) -> None:
     cf.add_argument("--no-compare", action="store_true", help="skip the fair-share-off run")
     cf.add_argument("--json", action="store_true")
     cf.set_defaults(func=_guarded(cmd_cost_fairness))
+
+
+def _register_platform(bsub: Any) -> None:
+    pl = bsub.add_parser(
+        "platform", help="the platform's own time in one refund task (seed budget: 80 ms)"
+    )
+    pl.add_argument("--tasks", type=int, default=10, help="refund tasks measured")
+    pl.add_argument("--workers", type=int, default=2, help="worker processes")
+    pl.add_argument("--concurrent", action="store_true", help="submit all at once")
+    pl.add_argument("--warmup", type=int, default=1, help="unmeasured tasks run first")
+    pl.add_argument("--json", action="store_true")
+    pl.set_defaults(func=_guarded(cmd_platform))
+
+
+def _register_history(bsub: Any) -> None:
+    h = bsub.add_parser(
+        "history", help="transitions/s with 10M rows of finished history vs an empty database"
+    )
+    h.add_argument("--rows", type=int, default=10_000_000, help="history rows: tasks + events")
+    h.add_argument("--events-per-task", type=int, default=9, help="events per finished task")
+    h.add_argument("--tasks", type=int, default=20)
+    h.add_argument("--steps", type=int, default=200)
+    h.add_argument("--workers", type=int, default=2, help="worker processes per database")
+    h.add_argument(
+        "--rounds", type=int, default=4, help="rounds, alternating which side runs first (ABBA)"
+    )
+    h.add_argument("--reseed", action="store_true", help="seed the history database again")
+    h.add_argument("--json", action="store_true")
+    h.set_defaults(func=_guarded(cmd_history))

@@ -1,7 +1,10 @@
-"""Data for benchmarks: the hand-built floor the transitions benchmark compares against, and
-bulk seeding of finished and due tasks for the sweep benchmark. Not used by the runtime."""
+"""Data for benchmarks: the hand-built floor the transitions benchmark compares against, bulk
+seeding of finished and due tasks for the sweep benchmark, and of finished tasks with their
+events (history) for the history benchmark. Not used by the runtime."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from sqlalchemy import (
     Column,
@@ -200,3 +203,96 @@ def make_due(store: Store) -> None:
     with store.engine.begin() as conn:
         for sql in statements:
             conn.execute(text(sql))
+
+
+HISTORY_REQUESTER = "history"  # marks seeded history, so a bench can tell it from its own tasks
+HISTORY_TENANTS = 50
+HISTORY_DAYS = 20  # inside the default 30-day retention: what the archive sweeper has not pruned
+
+
+def _history_id(g: str, created: str) -> str:
+    """SQL for a seeded task's id, shaped like `new_id("tsk")` (milliseconds, then 20 hex
+    digits): history sorts before the tasks created after it, as in production."""
+    return (
+        f"'tsk_' || lpad(to_hex((extract(epoch FROM {created}) * 1000)::bigint), 12, '0') "
+        f"|| substr(md5({g}::text), 1, 20)"
+    )
+
+
+# A seeded task `g` and when it was created: spread evenly over the last HISTORY_DAYS, oldest
+# first, ending an hour before `:anchor` (the seed's start).
+_HISTORY_SOURCE = """
+    SELECT g, :anchor - interval '1 hour' - make_interval(secs => (:total - g) * :spacing) AS c,
+           CASE WHEN g % 100 < 90 THEN 'COMPLETED' WHEN g % 100 < 97 THEN 'FAILED'
+                ELSE 'CANCELLED' END AS st
+    FROM generate_series(:start, :stop) AS g
+"""
+
+_HISTORY_TASKS = f"""
+    INSERT INTO tasks ({_SEED_COLUMNS})
+    SELECT {_history_id("h.g", "h.c")}, :tenant_prefix || (h.g % :tenants), 'hist-' || h.g,
+           'sha256:' || md5(h.g::text), 'noop@1', '{HISTORY_REQUESTER}',
+           jsonb_build_object('steps', :events), '{{}}'::jsonb, h.st, :events, NULL, NULL, 1, NULL,
+           h.c, 0, CASE WHEN h.st = 'CANCELLED' THEN h.c + interval '1 second' END,
+           jsonb_build_object('left', 0), jsonb_build_object('steps', :events), :events,
+           md5('trace' || h.g), h.c, h.c + interval '2 seconds'
+    FROM ({_HISTORY_SOURCE}) AS h
+"""
+
+# `:events` events per task: created, started, observations, draft_ready, then the end.
+_HISTORY_EVENTS = f"""
+    INSERT INTO task_events (task_id, seq, type, from_status, to_status, data, trace_id, at)
+    SELECT {_history_id("h.g", "h.c")}, s,
+           CASE WHEN s = 1 THEN 'created' WHEN s = :events THEN lower(h.st)
+                WHEN s = 2 THEN 'started' WHEN s = :events - 1 THEN 'draft_ready'
+                ELSE 'observed' END,
+           CASE WHEN s = 1 THEN NULL WHEN s = :events THEN 'VERIFYING'
+                WHEN s = 2 THEN 'RECEIVED' ELSE 'RUNNING' END,
+           CASE WHEN s = 1 THEN 'RECEIVED' WHEN s = :events THEN h.st
+                WHEN s = :events - 1 THEN 'VERIFYING' ELSE 'RUNNING' END,
+           CASE WHEN s > 2 AND s < :events - 1 THEN '{{"note": "noop"}}'::jsonb
+                ELSE '{{}}'::jsonb END,
+           md5('trace' || h.g), h.c + make_interval(secs => s * 0.2)
+    FROM ({_HISTORY_SOURCE}) AS h CROSS JOIN generate_series(1, :events) AS s
+"""
+
+
+def seed_history(
+    store: Store,
+    tasks: int,
+    events_per_task: int,
+    *,
+    tenants: int = HISTORY_TENANTS,
+    tenant_prefix: str = "bench",
+    batch_rows: int = 1_000_000,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> None:
+    """Insert `tasks` finished tasks (90% COMPLETED, 7% FAILED, 3% CANCELLED) over the tenants
+    `<tenant_prefix>0..<tenants - 1>`, each with `events_per_task` events: the history that
+    production holds before the archive sweeper prunes it. Postgres only (generate_series).
+
+    One transaction per batch of about `batch_rows` rows (tasks and events), with every index
+    and foreign key in place, as production writes them; `on_batch(tasks_done, rows_done)` after
+    each. Run ANALYZE (or VACUUM ANALYZE) afterwards."""
+    if store.dialect != "postgresql":
+        raise ValueError("seed_history needs Postgres")
+    if events_per_task < 1:
+        raise ValueError("every task has at least its 'created' event")
+    per_batch = max(1, batch_rows // (1 + events_per_task))
+    with store.engine.connect() as conn:
+        anchor = conn.execute(text("SELECT now()")).scalar_one()
+    spacing = HISTORY_DAYS * 86400 / max(1, tasks)
+    done = 0
+    while done < tasks:
+        n = min(per_batch, tasks - done)
+        values = {
+            "anchor": anchor, "total": tasks, "spacing": spacing, "start": done,
+            "stop": done + n - 1, "tenants": tenants, "tenant_prefix": tenant_prefix,
+            "events": events_per_task,
+        }  # fmt: skip
+        with store.engine.begin() as conn:
+            conn.execute(text(_HISTORY_TASKS), values)
+            conn.execute(text(_HISTORY_EVENTS), values)
+        done += n
+        if on_batch is not None:
+            on_batch(done, done * (1 + events_per_task))
