@@ -224,7 +224,7 @@ class Orchestrator:
                 workflow = self._workflow(task)
                 if workflow is not None and self._quick(task, workflow):
                     return self._quick_step(conn, task, workflow, owner, started)
-                lease = self.store.claim_in(conn, task_id, owner, self.settings.lease_ttl_s)
+                lease = self.store.claim_read(conn, task, owner, self.settings.lease_ttl_s)
         except Deferred as exc:
             # A quick step wanting a shared resource: rolled back, nothing written; hold it.
             self.store.hold(task_id, exc.hold_for)
@@ -421,9 +421,12 @@ class Orchestrator:
         frm = s.lease.task.status
         events = tuple(s.pending)
         try:
-            result = self.store.commit(
-                s.lease, patch, lease_ttl_s=self.settings.lease_ttl_s, events=events
-            )
+            if patch.keep_lease:
+                dispatch = self.store.commit(
+                    s.lease, patch, lease_ttl_s=self.settings.lease_ttl_s, events=events
+                ).dispatch
+            else:  # the usual end of a step: no new row to read back
+                dispatch = self.store.commit_lean(s.lease, patch, events=events)
         except StaleTransition as exc:
             self.observer.stale_commit()
             self._flush(s)  # what the step did is recorded, its result is not
@@ -444,7 +447,7 @@ class Orchestrator:
             frm,
             patch.to,
             tenant_id=s.lease.task.tenant_id,
-            dispatch=result.dispatch,
+            dispatch=dispatch,
         )
 
     def _commit_keep(self, s: Session, patch: Patch) -> Lease:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import (
@@ -87,6 +87,25 @@ _CLAIM = (
     )
     .returning(tasks)
 )
+# The claim of a row just read (`peek_claimable`): guarded on what the read saw — version, event
+# count and lease epoch (every write a step must see bumps one of them: a transition the version,
+# a cancel or a decided approval the event count) — so the row itself need not come back.
+_CLAIM_READ = (
+    update(tasks)
+    .where(
+        (tasks.c.id == bindparam("p_id"))
+        & (tasks.c.version == bindparam("p_version"))
+        & (tasks.c.event_seq == bindparam("p_seq"))
+        & (tasks.c.lease_epoch == bindparam("p_epoch"))
+        & _CLAIMABLE
+    )
+    .values(
+        lease_owner=bindparam("p_owner"),
+        lease_expires_at=db_now_plus(bindparam("p_ttl")),
+        lease_epoch=tasks.c.lease_epoch + 1,
+    )
+    .returning(tasks.c.lease_epoch, tasks.c.lease_expires_at)
+)
 _PARKED = [s.value for s in PARKED]
 # The same two, prepared once per connection on Postgres (see `prepared`).
 _CLAIMABLE_ROW_PREPARED = prepared.from_clause(
@@ -97,6 +116,20 @@ _CLAIM_PREPARED = prepared.from_clause(
     _CLAIM,
     {"p_id": "varchar", "p_owner": "varchar", "p_ttl": "double precision"},
     tuple(tasks.c),
+)
+
+_CLAIM_READ_PREPARED = prepared.from_clause(
+    "aj_claim_read",
+    _CLAIM_READ,
+    {
+        "p_id": "varchar",
+        "p_version": "integer",
+        "p_seq": "integer",
+        "p_epoch": "integer",
+        "p_owner": "varchar",
+        "p_ttl": "double precision",
+    },
+    (tasks.c.lease_epoch, tasks.c.lease_expires_at),
 )
 
 
@@ -248,6 +281,29 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         ).first()
         return task_from_row(row) if row is not None else None
 
+    def claim_read(self, conn: Connection, task: TaskRow, owner: str, ttl_s: float) -> Lease | None:
+        """`claim_in` for `task` as `peek_claimable` just read it on `conn`: when nothing moved
+        the row since, the lease is taken without sending the row back (its state can be
+        kilobytes); otherwise the full claim, which reads it afresh."""
+        row = prepared.execute(
+            conn,
+            _CLAIM_READ_PREPARED,
+            _CLAIM_READ,
+            {
+                "p_id": task.id,
+                "p_version": task.version,
+                "p_seq": task.event_seq,
+                "p_epoch": task.lease_epoch,
+                "p_owner": owner,
+                "p_ttl": ttl_s,
+            },
+        ).first()
+        if row is None:
+            return self.claim_in(conn, task.id, owner, ttl_s)
+        epoch, expires = int(row._mapping["lease_epoch"]), row._mapping["lease_expires_at"]
+        claimed = replace(task, lease_owner=owner, lease_epoch=epoch, lease_expires_at=expires)
+        return Lease(task=claimed, owner=owner, epoch=epoch, expires_at=expires)
+
     def claim_in(self, conn: Connection, task_id: str, owner: str, ttl_s: float) -> Lease | None:
         """`claim`, inside the caller's transaction."""
         row = prepared.execute(
@@ -352,6 +408,25 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
                 task=task, owner=lease.owner, epoch=lease.epoch, expires_at=task.lease_expires_at
             )
         return CommitResult(task=task, lease=new_lease, dispatch=dispatch)
+
+    def commit_lean(
+        self, lease: Lease, patch: Patch, *, events: Sequence[PendingEvent] = ()
+    ) -> Dispatch | None:
+        """`commit` for a step that gives its lease back and needs no new row, only the
+        dispatch to publish. On Postgres a patch that writes the row and its event alone, with
+        no held events, is one statement on an autocommit connection (atomic by itself: no
+        BEGIN, no COMMIT round trip); anything more gets its transaction."""
+        assert not patch.keep_lease, "a kept lease needs the new row: use commit()"
+        owner, epoch = lease.owner, lease.epoch
+        if self.dialect == "postgresql" and not events and single_statement(patch):
+            with self.step_conn() as conn:
+                return apply_patch_lean(conn, lease.task, owner=owner, epoch=epoch, patch=patch)
+        with self.tx() as conn:
+            if not append_pending(
+                conn, lease.task_id, events, guard=(lease.task.version, epoch, owner)
+            ):
+                raise StaleTransition(lease.task_id, lease.version, epoch)
+            return apply_patch_lean(conn, lease.task, owner=owner, epoch=epoch, patch=patch)
 
     def release(self, lease: Lease) -> bool:
         """Give the lease back without a transition (the step could not run)."""

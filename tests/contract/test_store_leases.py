@@ -165,3 +165,46 @@ def test_terminal_and_parked_tasks_are_not_claimed(store: Store, tenant: str) ->
     # Even a stray lease timestamp on a terminal row does not make it claimable.
     shift(store, tasks, lease.task_id, lease_expires_at=-10.0)
     assert store.claim(lease.task_id, OTHER, 30.0) is None
+
+
+def test_claiming_a_row_just_read_gives_the_same_lease_as_a_full_claim(
+    store: Store, tenant: str
+) -> None:
+    """`claim_read` (the step's claim after its read) returns what `claim_in` would: the row as
+    read with the new owner, epoch and expiry, which is the row as it now is."""
+    task = new_task(store, tenant)
+    with store.step_conn() as conn:
+        seen = store.peek_claimable(conn, task.id)
+        assert seen is not None
+        lease = store.claim_read(conn, seen, OWNER, 60.0)
+    assert lease is not None
+    assert lease.task == store.get(task.id)
+    assert (lease.owner, lease.epoch) == (OWNER, task.lease_epoch + 1)
+
+
+def test_claiming_a_row_that_moved_since_the_read_reads_it_afresh(
+    store: Store, tenant: str
+) -> None:
+    """A cancel between the read and the claim (no transition: the flag and its event) must be
+    seen by the step: the claim then returns the row as it is, not as it was read."""
+    task = new_task(store, tenant)
+    with store.step_conn() as conn:
+        seen = store.peek_claimable(conn, task.id)
+    assert seen is not None and not seen.cancel_requested
+    store.request_cancel(task.id)
+    with store.step_conn() as conn:
+        lease = store.claim_read(conn, seen, OWNER, 60.0)
+    assert lease is not None and lease.task.cancel_requested
+    assert lease.task == store.get(task.id)
+
+
+def test_claiming_a_row_someone_else_claimed_since_the_read_fails(
+    store: Store, tenant: str
+) -> None:
+    task = new_task(store, tenant)
+    with store.step_conn() as conn:
+        seen = store.peek_claimable(conn, task.id)
+    assert seen is not None
+    assert claim(store, task.id, OTHER) is not None
+    with store.step_conn() as conn:
+        assert store.claim_read(conn, seen, OWNER, 60.0) is None

@@ -151,6 +151,12 @@ class RefundWorkflow:
             data.message, data.channel, data.order_id, st.request_id(inp.idempotency_key)
         )
 
+    def quick(self, inp: wf.StepInput) -> bool:
+        """Starting (validate the input, build the first state) and verifying (pure checks of
+        the draft against the facts this task read) do no I/O: they run as quick steps, one
+        compare-and-set without a lease. Every other step calls the model or a tool."""
+        return not inp.state or inp.state.get("phase") == "verify"
+
     def decide(self, inp: wf.StepInput) -> wf.StepDecision:
         return phases.decide(self.services, inp)
 
