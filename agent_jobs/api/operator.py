@@ -65,6 +65,21 @@ class SwitchList(BaseModel):
     switches: list[SwitchOut]
 
 
+class SwitchChangeOut(BaseModel):
+    id: int
+    kind: str
+    tenant_id: str = Field(description='the tenant, or "" for a platform-wide switch')
+    target: str
+    value: Any = Field(description="the value it was set to; null when it was turned off")
+    actor: str
+    reason: str
+    at: datetime
+
+
+class SwitchHistory(BaseModel):
+    changes: list[SwitchChangeOut]
+
+
 class IncidentTaskOut(BaseModel):
     task_id: str
     tenant_id: str
@@ -106,6 +121,17 @@ def _bad(exc: InvalidInput) -> HttpError:
 def list_switches(request: Request, who: Operator) -> SwitchList:
     rows = [s for s in _ops(request).switches() if s.tenant_id in ("", who.tenant_id)]
     return SwitchList(switches=[SwitchOut(**s.__dict__) for s in rows])
+
+
+@router.get("/switches/history", response_model=SwitchHistory,
+            responses=r.errors(401, 403, 422, 503),
+            summary="The audit trail: changes to the caller's tenant's switches and the "
+            "platform-wide ones, newest first")  # fmt: skip
+def switch_history(
+    request: Request, who: Operator, limit: Annotated[int, Query(ge=1, le=500)] = 50
+) -> SwitchHistory:
+    rows = _ops(request).history(limit=limit, tenant_ids=("", who.tenant_id))
+    return SwitchHistory(changes=[SwitchChangeOut(**c.__dict__) for c in rows])
 
 
 @router.put("/switches/{kind}", response_model=SwitchOut, responses=r.errors(401, 403, 422, 503),

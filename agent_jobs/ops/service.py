@@ -9,7 +9,7 @@ it turned off was holding, so resuming does not wait for a worker or the sweeper
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,8 +92,11 @@ class OpsService:
     def switches(self) -> list[SwitchRow]:
         return sorted(self.store.switches(), key=lambda r: (r.kind, r.tenant_id, r.target))
 
-    def history(self, limit: int = 100) -> list[SwitchChange]:
-        return self.store.switch_history(limit=limit)
+    def history(
+        self, limit: int = 100, tenant_ids: Collection[str] | None = None
+    ) -> list[SwitchChange]:
+        """The latest changes first; `tenant_ids` limits them to those tenants ("" is all)."""
+        return self.store.switch_history(limit=limit, tenant_ids=tenant_ids)
 
     def incident_tasks(self, f: IncidentFilter, limit: int = 1000) -> list[IncidentTask]:
         if f.until <= f.since:

@@ -12,6 +12,7 @@ task whose dead letter is still there, and in the same transaction moves the dea
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -180,12 +181,19 @@ class OpsStore(StoreBase):
         )
 
     def switch_history(
-        self, *, since: datetime | None = None, limit: int = 100
+        self,
+        *,
+        since: datetime | None = None,
+        limit: int = 100,
+        tenant_ids: Collection[str] | None = None,
     ) -> list[SwitchChange]:
-        """The most recent changes first."""
+        """The most recent changes first; with `tenant_ids`, only the changes to those tenants'
+        switches ("" is the platform-wide ones)."""
         q = select(ops_switch_history).order_by(ops_switch_history.c.id.desc()).limit(limit)
         if since is not None:
             q = q.where(ops_switch_history.c.at >= since)
+        if tenant_ids is not None:
+            q = q.where(ops_switch_history.c.tenant_id.in_(list(tenant_ids)))
         with self.engine.connect() as conn:
             rows = conn.execute(q).mappings().all()
             conn.rollback()

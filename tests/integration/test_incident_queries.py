@@ -1,7 +1,8 @@
 """Incident queries: every task that used a tool (and version), prompt, model route, workflow or
 policy version in a window, with the effects it executed — the refund agent against the real
 simulator (Harness: the real orchestrator and executor), on SQLite and Postgres; and the same
-query and a dead-letter replay through the API for a token with the `operator` role."""
+query, a dead-letter replay and the switch history through the API for a token with the
+`operator` role."""
 
 from __future__ import annotations
 
@@ -135,3 +136,40 @@ def test_the_api_answers_operators_of_the_tenant_only(
     res = api.client.post(f"/v1/ops/dead-letters/{dead}/replay", json=body, headers=op)
     assert res.json() == {"task_id": dead, "replayed": False, "reason": "already replayed",
                           "resumed_as": None}  # fmt: skip
+
+
+def test_the_switch_history_is_the_tenants_and_the_platforms_newest_first(
+    sqlite_store: Store, tmp_path: Path
+) -> None:
+    api = harness_api(sqlite_store, tmp_path / "ledger.db")
+    op = auth(token(api.cfg, "acme", sub="oncall", roles=("operator",)))
+    other = auth(token(api.cfg, "globex", sub="oncall-g", roles=("operator",)))
+    sqlite_store.set_switch("read_only", "", "", True, actor="platform", reason="all tenants")
+    body = {"target": "refunds.create", "reason": "INC-1 refunds misfiring"}
+    assert api.client.put("/v1/ops/switches/tool_disabled", json=body, headers=op).is_success
+    res = api.client.put(
+        "/v1/ops/switches/effects_stopped", json={"reason": "theirs"}, headers=other
+    )
+    assert res.status_code == 200
+    clear = {"target": "refunds.create", "reason": "INC-1 fixed"}
+    res = api.client.post("/v1/ops/switches/tool_disabled/clear", json=clear, headers=op)
+    assert res.status_code == 200
+
+    res = api.client.get("/v1/ops/switches/history", headers=op)
+    assert res.status_code == 200, res.text
+    changes = res.json()["changes"]
+    assert [(c["kind"], c["tenant_id"], c["value"], c["actor"], c["reason"]) for c in changes] == [
+        ("tool_disabled", "acme", None, "oncall", "INC-1 fixed"),  # turned off: no value
+        ("tool_disabled", "acme", True, "oncall", "INC-1 refunds misfiring"),
+        ("read_only", "", True, "platform", "all tenants"),
+    ]  # newest first; globex's change is not acme's to see
+    assert changes[0]["target"] == "refunds.create" and changes[0]["at"]
+    [latest] = api.client.get("/v1/ops/switches/history?limit=1", headers=op).json()["changes"]
+    assert latest["reason"] == "INC-1 fixed"
+    theirs = api.client.get("/v1/ops/switches/history", headers=other).json()["changes"]
+    assert {c["tenant_id"] for c in theirs} == {"", "globex"}
+    for bad in ("0", "501"):
+        res = api.client.get(f"/v1/ops/switches/history?limit={bad}", headers=op)
+        assert res.status_code == 422
+    plain = auth(token(api.cfg, "acme", sub="svc"))
+    assert api.client.get("/v1/ops/switches/history", headers=plain).status_code == 403

@@ -1,4 +1,4 @@
-// agent_jobs console: approvals, task timelines and queues over the JSON API.
+// agent_jobs console: approvals, task timelines, queues and operator controls over the JSON API.
 //
 // Rules this file keeps (tests/browser and tests/integration/test_console_api.py check them):
 // - every value that came from a customer, a business system or the model is put on the page
@@ -122,6 +122,8 @@
     show($("app"), true);
     show($("nav"), true);
     show($("sign-out"), true);
+    resetOps();
+    show($("ops"), isOperator());
     route();
     return true;
   }
@@ -132,6 +134,7 @@
     stopPolling();
     cards.clear();
     clear($("approvals"));
+    resetOps();
     $("who").textContent = "";
     show($("app"), false);
     show($("nav"), false);
@@ -507,7 +510,7 @@
 
   async function loadQueues() {
     const result = await api("GET", "/v1/console/queues");
-    const box = $("queues");
+    const box = $("queue-stats");
     if (!result.ok) { $("queues-error").textContent = "Could not load the queue: " + errorText(result); return; }
     $("queues-error").textContent = "";
     const q = result.data;
@@ -527,14 +530,252 @@
       ? el("ul", { class: "chips", id: "by-status" }, statuses.map(([s, n]) => el("li", {},
           el("a", { href: "#timeline", onclick: () => { $("status-filter").value = s; } }, el("span", { class: "badge s-" + s }, s), " " + n))))
       : el("p", { class: "muted" }, "None."));
-    box.appendChild(el("h3", {}, "Dead letters"));
-    box.appendChild(q.dead_letters.length
-      ? el("table", { class: "grid", id: "dead-letters" },
-          el("thead", {}, el("tr", {}, ["task", "workflow", "reason", "attempts", "at"].map((h) => el("th", {}, h)))),
-          el("tbody", {}, q.dead_letters.map((d) => el("tr", {},
-            el("td", {}, el("a", { href: "#timeline/" + encodeURIComponent(d.task_id) }, d.task_id)),
-            el("td", {}, d.workflow), el("td", {}, d.reason), el("td", { class: "num" }, d.attempts), el("td", {}, fmtTime(d.at))))))
-      : el("p", { class: "muted" }, "No dead letters."));
+    renderDeadLetters(q.dead_letters);
+    if (isOperator()) await loadSwitches();
+  }
+
+  // -- operator controls (role `operator`: the /v1/ops API, within the token's tenant) ---------
+
+  // The switches the API accepts (`Kind` in agent_jobs/ops/switches.py): whether a target is
+  // required, allowed or not taken, and what the value is (none: on/off).
+  const SWITCH_KINDS = {
+    tool_disabled: { target: "required", value: null, help: "target: the tool (e.g. refunds.create)" },
+    read_only: { target: null, value: null, help: "only tools without side effects run" },
+    paused: { target: "optional", value: null, help: "target: a workflow (name or name@version), empty for all" },
+    effects_stopped: { target: null, value: null, help: "writes wait, reads go on" },
+    credential_epoch: { target: null, value: "epoch", help: "value: epoch seconds (empty: now); credentials minted before are void" },
+    autonomy_threshold: { target: null, value: "int", help: "value: minor units; actions worth more wait for a person" },
+  };
+
+  const deadRows = new Map(); // "task id@dead-lettered at" -> the row on the page
+  const switchControls = []; // the "Turn off" controls on the page
+  let switchesSig = null;
+  let historySig = null;
+
+  function isOperator() { return me !== null && me.roles.includes("operator"); }
+
+  // A button that opens an inline confirmation: a reason (required: the audit record) and an
+  // explicit confirm button. `act(reason)` calls the API; `said(result)` is [ok, text] to show.
+  function confirmable(label, confirmLabel, act, said) {
+    const outcome = el("span", { class: "outcome", role: "alert" });
+    const reason = el("input", { type: "text", maxlength: "1000", placeholder: "reason (required, recorded)", "aria-label": "reason" });
+    const yes = el("button", { type: "button", class: "danger" }, confirmLabel);
+    const no = el("button", { type: "button" }, "Cancel");
+    const form = el("span", { class: "confirm", hidden: true }, reason, yes, no);
+    const opener = el("button", { type: "button" }, label);
+    const node = el("span", { class: "confirmable" }, opener, form, outcome);
+    const close = () => { show(form, false); show(opener, true); reason.value = ""; };
+    opener.addEventListener("click", () => { show(opener, false); show(form, true); outcome.textContent = ""; reason.focus(); });
+    no.addEventListener("click", close);
+    yes.addEventListener("click", async () => {
+      const why = reason.value.trim();
+      if (!why) { outcome.className = "outcome refused"; outcome.textContent = "A reason is required."; reason.focus(); return; }
+      yes.disabled = no.disabled = reason.disabled = true;
+      outcome.className = "outcome";
+      outcome.textContent = "Sending…";
+      const result = await act(why);
+      yes.disabled = no.disabled = reason.disabled = false;
+      if (result.ok) close();
+      const [good, text] = said(result);
+      outcome.className = good ? "outcome done" : "outcome refused";
+      outcome.textContent = text;
+    });
+    return { node, isOpen: () => !form.hidden };
+  }
+
+  function renderDeadLetters(list) {
+    const box = $("dead-letter-box");
+    if (!$("dead-letters")) {
+      const heads = ["task", "workflow", "reason", "attempts", "at"].concat(isOperator() ? ["replay"] : []);
+      box.appendChild(el("table", { class: "grid", id: "dead-letters" },
+        el("thead", {}, el("tr", {}, heads.map((h) => el("th", {}, h)))), el("tbody", {})));
+      box.appendChild(el("p", { class: "muted", id: "no-dead-letters" }, "No dead letters."));
+    }
+    // Rows are kept, not redrawn, so a replay being confirmed survives the refresh.
+    const body = $("dead-letters").querySelector("tbody");
+    const keys = list.map((d) => d.task_id + "@" + d.at);
+    for (const [key, row] of deadRows) {
+      if (!keys.includes(key)) { row.remove(); deadRows.delete(key); }
+    }
+    list.forEach((d, i) => {
+      let row = deadRows.get(keys[i]);
+      if (!row) { row = deadLetterRow(d); deadRows.set(keys[i], row); }
+      if (body.children[i] !== row) body.insertBefore(row, body.children[i] || null);
+    });
+    show($("dead-letters"), list.length > 0);
+    $("no-dead-letters").textContent = list.length ? "" : "No dead letters.";
+  }
+
+  function deadLetterRow(d) {
+    const cells = [
+      el("td", {}, el("a", { href: "#timeline/" + encodeURIComponent(d.task_id) }, d.task_id)),
+      el("td", {}, d.workflow), el("td", {}, d.reason), el("td", { class: "num" }, d.attempts), el("td", {}, fmtTime(d.at)),
+    ];
+    if (isOperator()) {
+      const replay = confirmable("Replay", "Confirm replay",
+        (reason) => api("POST", "/v1/ops/dead-letters/" + encodeURIComponent(d.task_id) + "/replay", { reason }),
+        (result) => {
+          if (!result.ok) return [false, "Refused: " + errorText(result)];
+          const r = result.data;
+          const text = r.replayed ? "Replayed " + r.task_id + ": resumed as " + r.resumed_as + "." : "Not replayed: " + r.reason + ".";
+          $("replay-outcome").className = "outcome " + (r.replayed ? "done" : "refused");
+          $("replay-outcome").textContent = text;
+          loadQueues();
+          return [r.replayed, text];
+        });
+      cells.push(el("td", { class: "actions" }, replay.node));
+    }
+    return el("tr", { "data-task-id": d.task_id }, cells);
+  }
+
+  async function loadSwitches() {
+    const [on, changes] = await Promise.all([
+      api("GET", "/v1/ops/switches"), api("GET", "/v1/ops/switches/history?limit=50"),
+    ]);
+    if (!on.ok || !changes.ok) {
+      $("ops-error").textContent = "Could not load the switches: " + errorText(on.ok ? changes : on);
+      return;
+    }
+    $("ops-error").textContent = "";
+    renderSwitches(on.data.switches);
+    renderHistory(changes.data.changes);
+  }
+
+  function scopeOf(tenantId) { return tenantId === "" ? "all tenants" : tenantId; }
+
+  function renderSwitches(list) {
+    const sig = json(list);
+    // Unchanged, or a "Turn off" being confirmed: leave the table as it is.
+    if (sig === switchesSig || switchControls.some((c) => c.isOpen())) return;
+    switchesSig = sig;
+    switchControls.length = 0;
+    const box = $("switches");
+    clear(box);
+    if (!list.length) { box.appendChild(el("p", { class: "muted", id: "no-switches" }, "No switch is on.")); return; }
+    box.appendChild(el("table", { class: "grid", id: "switch-table" },
+      el("thead", {}, el("tr", {}, ["switch", "tenant", "target", "value", "by", "reason", "since", ""].map((h) => el("th", {}, h)))),
+      el("tbody", {}, list.map((s) => {
+        let action = el("span", { class: "muted" }, "platform-wide (agent-jobs ops)");
+        if (s.tenant_id !== "") {
+          const off = confirmable("Turn off", "Confirm turn off",
+            (reason) => api("POST", "/v1/ops/switches/" + encodeURIComponent(s.kind) + "/clear", { target: s.target, reason }),
+            (result) => {
+              if (!result.ok) return [false, "Refused: " + errorText(result)];
+              const still = result.data.switches.some((x) => x.kind === s.kind && x.tenant_id === s.tenant_id && x.target === s.target);
+              $("switch-outcome").className = "outcome " + (still ? "refused" : "done");
+              $("switch-outcome").textContent = still ? s.kind + " is still on." : "Turned off " + s.kind + (s.target ? " " + s.target : "") + ".";
+              switchesSig = null;
+              loadSwitches();
+              return [!still, still ? "Still on." : "Turned off."];
+            });
+          switchControls.push(off);
+          action = off.node;
+        }
+        return el("tr", { "data-kind": s.kind, "data-target": s.target },
+          el("td", {}, el("code", {}, s.kind)), el("td", {}, scopeOf(s.tenant_id)), el("td", {}, s.target || "-"),
+          el("td", {}, json(s.value)), el("td", {}, s.actor), el("td", {}, s.reason), el("td", {}, fmtTime(s.changed_at)),
+          el("td", { class: "actions" }, action));
+      }))));
+  }
+
+  function renderHistory(changes) {
+    const sig = json(changes);
+    if (sig === historySig) return;
+    historySig = sig;
+    const box = $("switch-history");
+    clear(box);
+    if (!changes.length) { box.appendChild(el("p", { class: "muted" }, "No changes yet.")); return; }
+    box.appendChild(el("table", { class: "grid", id: "history-table" },
+      el("thead", {}, el("tr", {}, ["when", "who", "what", "why"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, changes.map((c) => el("tr", { "data-kind": c.kind },
+        el("td", {}, fmtTime(c.at)), el("td", {}, c.actor),
+        el("td", {}, el("code", {}, c.kind), (c.target ? " " + c.target : ""),
+          c.value === null ? " turned off" : " turned on" + (c.value === true ? "" : " = " + json(c.value)),
+          " (" + scopeOf(c.tenant_id) + ")"),
+        el("td", {}, c.reason))))));
+  }
+
+  // The "turn one on" form: checked here for the obvious, then confirmed, then the server's word.
+  function switchRequest() {
+    const kind = $("switch-kind").value;
+    const spec = SWITCH_KINDS[kind];
+    const target = $("switch-target").value.trim();
+    const raw = $("switch-value").value.trim();
+    const reason = $("switch-reason").value.trim();
+    if (spec.target === "required" && !target) return { error: kind + " needs a target." };
+    const body = { target: spec.target ? target : "", reason };
+    if (spec.value === "int") {
+      if (!/^\d+$/.test(raw)) return { error: kind + " needs a whole number, 0 or more." };
+      body.value = Number(raw);
+    } else if (spec.value === "epoch" && raw) {
+      if (!isFinite(Number(raw))) return { error: kind + " is a time in epoch seconds (or empty for now)." };
+      body.value = Number(raw);
+    }
+    if (!reason) return { error: "A reason is required (it is the audit record)." };
+    return { kind, body };
+  }
+
+  function kindChanged() {
+    const spec = SWITCH_KINDS[$("switch-kind").value];
+    $("switch-target").disabled = !spec.target;
+    $("switch-value").disabled = !spec.value;
+    if (!spec.target) $("switch-target").value = "";
+    if (!spec.value) $("switch-value").value = "";
+    $("switch-help").textContent = spec.help;
+  }
+
+  function setUpSwitchForm() {
+    for (const kind of Object.keys(SWITCH_KINDS)) $("switch-kind").appendChild(el("option", { value: kind }, kind));
+    $("switch-kind").addEventListener("change", kindChanged);
+    kindChanged();
+    let pending = null;
+    const confirming = (on) => {
+      show($("switch-confirm"), on);
+      $("switch-on").disabled = on;
+      for (const id of ["switch-kind", "switch-target", "switch-value", "switch-reason"]) $(id).readOnly = on;
+      $("switch-kind").disabled = on;
+    };
+    $("switch-on").addEventListener("click", () => {
+      const req = switchRequest();
+      if (req.error) { $("switch-outcome").className = "outcome refused"; $("switch-outcome").textContent = req.error; return; }
+      pending = req;
+      const b = req.body;
+      $("switch-outcome").textContent = "";
+      $("switch-confirm-text").textContent = "Turn on " + req.kind + " for " + me.tenant_id +
+        (b.target ? ", target " + b.target : "") + (b.value !== undefined ? ", value " + b.value : "") + ", because: " + b.reason + "?";
+      confirming(true);
+    });
+    $("switch-confirm-no").addEventListener("click", () => { pending = null; confirming(false); });
+    $("switch-confirm-yes").addEventListener("click", async () => {
+      if (pending === null) return;
+      $("switch-confirm-yes").disabled = true;
+      const result = await api("PUT", "/v1/ops/switches/" + encodeURIComponent(pending.kind), pending.body);
+      $("switch-confirm-yes").disabled = false;
+      pending = null;
+      confirming(false);
+      if (!result.ok) {
+        $("switch-outcome").className = "outcome refused";
+        $("switch-outcome").textContent = "Refused: " + errorText(result);
+        return;
+      }
+      const s = result.data;
+      $("switch-outcome").className = "outcome done";
+      $("switch-outcome").textContent = "Turned on " + s.kind + (s.target ? " " + s.target : "") + " by " + s.actor + ".";
+      $("switch-reason").value = "";
+      switchesSig = null;
+      kindChanged();
+      loadSwitches();
+    });
+  }
+
+  function resetOps() {
+    deadRows.clear();
+    switchControls.length = 0;
+    switchesSig = historySig = null;
+    for (const id of ["dead-letter-box", "queue-stats", "switches", "switch-history"]) clear($(id));
+    for (const id of ["replay-outcome", "switch-outcome", "ops-error"]) $(id).textContent = "";
+    show($("switch-confirm"), false);
+    show($("ops"), false);
   }
 
   // -- start -----------------------------------------------------------------------------------
@@ -545,6 +786,7 @@
     $("login-form").addEventListener("submit", (ev) => { ev.preventDefault(); signIn($("token").value); });
     $("sign-out").addEventListener("click", () => signOut(""));
     $("search-form").addEventListener("submit", search);
+    setUpSwitchForm();
     window.addEventListener("hashchange", route);
     if (token()) signIn(token()); else signOut("");
   });
