@@ -173,10 +173,10 @@ def seed_due(store: Store, per_kind: int) -> None:
         if per_kind:
             approvals_sql = f"""
                 INSERT INTO approvals (id, task_id, tenant_id, tool, tool_version, args, action_hash,
-                    policy_version, requester, approver, status, reason, created_at, expires_at,
-                    decided_at, used_at)
+                    policy_version, requester, requester_principal, approver, status, reason,
+                    created_at, expires_at, decided_at, used_at)
                 SELECT 'apr_' || id, id, 'bench-due', 't', '1', {json}, 'sha256:x', 'P@1', 'bench',
-                       NULL, 'pending', 'bench', {now}, {now}, NULL, NULL
+                       'bench', NULL, 'pending', 'bench', {now}, {now}, NULL, NULL
                 FROM tasks WHERE id LIKE 'tsk_due_approvals_%'
             """
             conn.execute(text(approvals_sql))
