@@ -48,9 +48,16 @@ class ArchiveStore(StoreBase):
         before = self.db_now() - timedelta(seconds=older_than_s)
         oldest = (
             select(tasks)
-            .where(tasks.c.status.in_(FINISHED) & (tasks.c.updated_at < before))
-            # The index's order (creation): a task that finished recently is read and skipped
-            # until it is due, which only a task that lived longer than the retention can be.
+            # A task that finished before the cutoff was created before it: the created_at
+            # bound keeps the scan of the index (keyed on created_at, see migration 0009) to
+            # the tasks created before the cutoff, so when nothing is due it reads nothing.
+            # Of those, one created before the cutoff but finished after it is read and skipped
+            # until it is due: only a task that lived across the cutoff.
+            .where(
+                tasks.c.status.in_(FINISHED)
+                & (tasks.c.created_at < before)
+                & (tasks.c.updated_at < before)
+            )
             .order_by(tasks.c.created_at)
             .limit(limit)
         )

@@ -32,10 +32,16 @@ def finished_tasks(h: Harness, tenant: str, n: int, workflow: str = "scripted@1"
     return ids
 
 
-def age(store: Any, ids: list[str], days: float) -> None:
+def age(store: Any, ids: list[str], days: float, *, lived_days: float = 0.01) -> None:
+    """Move the tasks back in time: finished `days` ago, created `lived_days` before that."""
     with store.tx() as conn:
         conn.execute(
-            update(tasks).where(tasks.c.id.in_(ids)).values(updated_at=db_now_plus(-days * DAY))
+            update(tasks)
+            .where(tasks.c.id.in_(ids))
+            .values(
+                updated_at=db_now_plus(-days * DAY),
+                created_at=db_now_plus(-(days + lived_days) * DAY),
+            )
         )
 
 
@@ -108,3 +114,21 @@ def test_retention_zero_keeps_everything(store: Any, tenant: str, tmp_path: Path
     age(store, old, 3650)
     assert h.sweepers.run("archive") == 0
     assert store.get(old[0]).status is Status.COMPLETED
+
+
+def test_a_task_that_lived_across_the_cutoff_is_kept_until_its_finish_is_due(
+    store: Any, tenant: str, tmp_path: Path
+) -> None:
+    """The prune walks finished tasks by creation (the index that keeps read steps HOT): one
+    created 40 days ago that finished 10 days ago is not due until 30 days after it finished."""
+    registry = WorkflowRegistry()
+    registry.register(Scripted())
+    settings = TEST_SETTINGS.with_overrides(
+        task_retention_days=30.0, archive_dir=str(tmp_path / "archive")
+    )
+    h = Harness(store, registry, settings)
+    long_lived = finished_tasks(h, tenant, 1)
+    age(store, long_lived, 10, lived_days=30)
+    assert h.sweepers.run("archive") == 0
+    age(store, long_lived, 31, lived_days=30)
+    assert h.sweepers.run("archive") == 1
