@@ -40,7 +40,7 @@ ALLOW_DB0 = "AGENT_JOBS_BENCH_ALLOW_DB0"
 
 
 def refuse_shared_broker_db(broker_url: str) -> None:
-    """The chaos run flushes its broker's Redis database (FLUSHDB, never FLUSHALL). Database 0
+    """The chaos run flushes its broker's Redis database (FLUSHDB, never a whole-server flush). Database 0
     is every client's default, and most likely a real deployment's: refused unless
     AGENT_JOBS_BENCH_ALLOW_DB0=1 says it is this run's to flush."""
     db = redis.Redis.from_url(broker_url).connection_pool.connection_kwargs.get("db") or 0

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from agent_jobs.bench.procs import BENCH_APP
 from agent_jobs.config import load_settings
 from agent_jobs.core.errors import ConfigError
 from agent_jobs.core.polling import poll
@@ -61,7 +62,16 @@ class Phase:
     directory entry or gate state of another phase leaks in), worker processes started with the
     given settings, and a runtime in this process built with the same settings."""
 
-    def __init__(self, name: str, workers: int, show: bool, **env: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        workers: int,
+        show: bool,
+        env: dict[str, str] | None = None,
+        *,
+        app: str | None = None,
+        fresh: bool = True,
+    ) -> None:
         import re  # noqa: PLC0415
         import tempfile  # noqa: PLC0415
         import uuid  # noqa: PLC0415
@@ -69,34 +79,31 @@ class Phase:
 
         self.name = name
         self.show = show
+        # The workers' Celery app (default: the bench app) and whether the database is emptied
+        # on entry (a seeded one is kept).
+        self.app = app or BENCH_APP
+        self.fresh = fresh
         self.workers = workers
         # the label is for people ("1000 known, 50 active"); the log directory gets a plain slug
         slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "phase"
-        self.env = {"AGENT_JOBS_QUEUE_PREFIX": f"bench{uuid.uuid4().hex[:6]}", **env}
+        self.env = {"AGENT_JOBS_QUEUE_PREFIX": f"bench{uuid.uuid4().hex[:6]}", **(env or {})}
         self.logdir = Path(tempfile.mkdtemp(prefix=f"agent-jobs-{slug}-"))
         self.procs: list[Any] = []
         self.rt: Any = None
 
     def __enter__(self) -> Phase:
         from agent_jobs.bench.procs import start_workers  # noqa: PLC0415
-        from agent_jobs.config import load_settings  # noqa: PLC0415
+        from agent_jobs.config import from_environ  # noqa: PLC0415
         from agent_jobs.queue.runtime import build_runtime  # noqa: PLC0415
         from agent_jobs.store.admin import prepare  # noqa: PLC0415
 
-        saved = {k: os.environ.get(k) for k in self.env}
-        os.environ.update(self.env)
-        try:
-            cfg = load_settings()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        prepare(cfg.database_url).dispose()
+        # This process's settings with the phase's variables on top, as its workers get them.
+        cfg = from_environ({**os.environ, **self.env})
+        if self.fresh:
+            prepare(cfg.database_url).dispose()
         self.rt = build_runtime(cfg)
         progress(self.show, f"[{self.name}] {self.workers} worker processes, logs in {self.logdir}")
-        self.procs = start_workers(bench_env(self.env), self.workers, self.logdir)
+        self.procs = start_workers(bench_env(self.env), self.workers, self.logdir, app=self.app)
         return self
 
     def __exit__(self, *exc: object) -> None:

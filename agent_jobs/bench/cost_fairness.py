@@ -42,7 +42,7 @@ def _measure(
     name: str, costs: dict[str, float], window_s: float, workers: int, show: bool, *, fair: bool
 ) -> dict[str, float]:
     env = {"AGENT_JOBS_FAIR_SHARE": "1" if fair else "0", "AGENT_JOBS_FAIR_QUANTUM_S": "0.1"}
-    with Phase(name, workers, show, **env) as ph:
+    with Phase(name, workers, show, env) as ph:
         ids: dict[str, list[str]] = {
             t: [ph.submit(t, {"steps": 100_000, "sleep_ms": ms}) for _ in range(3)]
             for t, ms in costs.items()

@@ -11,15 +11,14 @@ bench runs on (`bench0..bench49`), so any per-tenant query that reaches finished
 
 from __future__ import annotations
 
-import os
 import time
 from contextlib import ExitStack
 from typing import Any
 
-from agent_jobs.bench.common import Phase, abba, bench_env, median, require_services
+from agent_jobs.bench.common import Phase, abba, median, require_services
 from agent_jobs.bench.common import progress as say
 from agent_jobs.bench.procs import cpu_seconds, workers_cpu
-from agent_jobs.config import Settings, load_settings
+from agent_jobs.config import load_settings
 from agent_jobs.store.store import Store
 
 TARGET_RATIO = 0.9
@@ -53,10 +52,12 @@ def run(
     cpu: dict[str, list[tuple[float, float]]] = {"empty": [], "history": []}
     with ExitStack() as stack:
         empty = stack.enter_context(
-            Phase("empty", workers, show, AGENT_JOBS_DATABASE_URL=empty_url)
+            Phase("empty", workers, show, {"AGENT_JOBS_DATABASE_URL": empty_url})
         )
         full = stack.enter_context(
-            _KeptPhase("history", workers, show, AGENT_JOBS_DATABASE_URL=history_url)
+            # `_history_database` has migrated the seeded database and removed earlier runs'
+            # tasks: the phase keeps it instead of emptying it.
+            Phase("history", workers, show, {"AGENT_JOBS_DATABASE_URL": history_url}, fresh=False)
         )
         phases = {"empty": empty, "history": full}
         for name, ph in phases.items():
@@ -189,34 +190,6 @@ def _vacuum_analyze(store: Store) -> None:
 
 def _name(url: str) -> str:
     return url.partition("?")[0].rsplit("/", 1)[1]
-
-
-class _KeptPhase(Phase):
-    """A `Phase` on the seeded database: `Phase` empties its database on entry, this one keeps
-    it (`_history_database` has migrated it and removed earlier runs' tasks)."""
-
-    def __enter__(self) -> _KeptPhase:
-        from agent_jobs.bench.procs import start_workers  # noqa: PLC0415
-        from agent_jobs.queue.runtime import build_runtime  # noqa: PLC0415
-
-        self.rt = build_runtime(_settings_with(self.env))
-        say(self.show, f"[{self.name}] {self.workers} worker processes, logs in {self.logdir}")
-        self.procs = start_workers(bench_env(self.env), self.workers, self.logdir)
-        return self
-
-
-def _settings_with(env: dict[str, str]) -> Settings:
-    """The settings this process would have with `env` exported (as `Phase` builds them)."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        return load_settings()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _round(ph: Phase, tenants: list[str], steps: int) -> tuple[int, float, float, float]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
 import secrets
 import tempfile
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_jobs.bench.common import Phase, median, progress, require_services
+from agent_jobs.bench.procs import PRODUCTION_APP
 from agent_jobs.core.states import TERMINAL, Status
 from agent_jobs.obs.platform_time import PARKED, SEED_COMMIT_BUDGET_MS, platform_time
 
@@ -79,7 +79,9 @@ def run(
         env = _worker_env(sim.base_url, Path(tmp))
         _say(show, f"business systems simulated at {sim.base_url}: {len(orders)} orders")
         # Stopped before the sim (inner `with`): no worker is left calling a closed port.
-        with _ProductionPhase("platform", workers, show, **env) as phase:
+        # The workers on the production app, `celery -A agent_jobs`, exactly as an operator
+        # starts them: the platform time measured is the one a deployment has.
+        with Phase("platform", workers, show, env, app=PRODUCTION_APP) as phase:
             deadline = time.monotonic() + timeout_s
             if warmup:
                 _say(show, f"warm-up: {warmup} task(s), not measured (queues, imports, pools)")
@@ -97,37 +99,6 @@ def run(
         warmup=warmup,
         refunds=refunds,
     )
-
-
-class _ProductionPhase(Phase):
-    """`Phase` (a clean database, a queue prefix of its own, a runtime with the same settings in
-    this process), with the workers on the production app, `celery -A agent_jobs`, exactly as an
-    operator starts them: the platform time measured is the one a deployment has."""
-
-    def __enter__(self) -> _ProductionPhase:
-        from agent_jobs.bench.common import bench_env  # noqa: PLC0415
-        from agent_jobs.bench.procs import PRODUCTION_APP, start_workers  # noqa: PLC0415
-        from agent_jobs.config import load_settings  # noqa: PLC0415
-        from agent_jobs.queue.runtime import build_runtime  # noqa: PLC0415
-        from agent_jobs.store.admin import prepare  # noqa: PLC0415
-
-        saved = {k: os.environ.get(k) for k in self.env}
-        os.environ.update(self.env)
-        try:
-            cfg = load_settings()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        prepare(cfg.database_url).dispose()
-        self.rt = build_runtime(cfg)
-        progress(self.show, f"[{self.name}] {self.workers} worker processes, logs in {self.logdir}")
-        self.procs = start_workers(
-            bench_env(self.env), self.workers, self.logdir, app=PRODUCTION_APP
-        )
-        return self
 
 
 def _world(orders: list[str]) -> dict[str, Any]:

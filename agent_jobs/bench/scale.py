@@ -83,7 +83,7 @@ def _phase_of(name: str, workers: int, show: bool, *, idle_s: float, db: str = "
     env = {"AGENT_JOBS_TENANT_IDLE_S": str(idle_s), **QUICK_ENV}
     if db:
         env["AGENT_JOBS_DATABASE_URL"] = _sibling_database(load_settings().database_url, db)
-    return Phase(name, workers, show, **env)
+    return Phase(name, workers, show, env)
 
 
 def _sibling_database(url: str, suffix: str) -> str:

@@ -27,7 +27,7 @@ class HeldPump(Protocol):
 
 
 class BrokerProbe(Protocol):
-    """Tells whether the broker lost its messages since the last look (restart, FLUSHALL)."""
+    """Whether the broker lost its messages since the last look (restart, database flushed)."""
 
     def lost_since_last_check(self) -> bool: ...
 

@@ -28,7 +28,7 @@ class CeleryPublisher:
     """Sends `agent_jobs.step(task_id)` to the tenant's queue.
 
     Celery publishes a direct queue through the anonymous exchange (routing key = queue name),
-    so delivery needs no binding in the broker: a FLUSHALL that wipes kombu's bindings does not
+    so delivery needs no binding in the broker: a flush that wipes kombu's bindings does not
     make later messages vanish — and so the publish declares nothing either.
 
     Every step publishes the next one, so this is on the hot path: one producer (and its broker

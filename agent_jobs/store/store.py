@@ -138,6 +138,13 @@ _CLAIM_READ_PREPARED = prepared.from_clause(
 UNAVAILABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError, PoolTimeout)
 
 
+def _pending_under(conn: Connection, lease: Lease, events: Sequence[PendingEvent]) -> None:
+    """A step's held events, written under its lease: `StaleTransition` if the row moved."""
+    guard = (lease.task.version, lease.epoch, lease.owner)
+    if not append_pending(conn, lease.task_id, events, guard=guard):
+        raise StaleTransition(lease.task_id, lease.version, lease.epoch)
+
+
 @dataclass(frozen=True)
 class CancelResult:
     task: TaskRow
@@ -390,9 +397,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         """Apply one transition under `lease` (invariant 1), with the events the step recorded
         before it (`events`, written first, in the same transaction). See `writes.apply_patch`."""
         with self.tx() as conn:
-            guard = (lease.task.version, lease.epoch, lease.owner)
-            if not append_pending(conn, lease.task_id, events, guard=guard):
-                raise StaleTransition(lease.task_id, lease.version, lease.epoch)
+            _pending_under(conn, lease, events)
             task, dispatch = apply_patch(
                 conn,
                 lease.task,
@@ -422,10 +427,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
             with self.step_conn() as conn:
                 return apply_patch_lean(conn, lease.task, owner=owner, epoch=epoch, patch=patch)
         with self.tx() as conn:
-            if not append_pending(
-                conn, lease.task_id, events, guard=(lease.task.version, epoch, owner)
-            ):
-                raise StaleTransition(lease.task_id, lease.version, epoch)
+            _pending_under(conn, lease, events)
             return apply_patch_lean(conn, lease.task, owner=owner, epoch=epoch, patch=patch)
 
     def release(self, lease: Lease) -> bool:

@@ -71,8 +71,8 @@ def test_a_new_tenant_is_consumed_without_a_restart(live: Any, worker: Any, tena
 @pytest.mark.dispatch_grace(600)
 def test_every_task_finishes_after_the_broker_is_flushed_mid_run(live: Any, worker: Any) -> None:
     """The broker's database flushed mid-run (a restart without persistence): every queued
-    message and every binding is gone. FLUSHDB of the tests' own database number, never
-    FLUSHALL, which would wipe every other database of that Redis. The sweeper notices the
+    message and every binding is gone. FLUSHDB of the tests' own database number only, never a
+    whole-server flush, which would wipe every other database of that Redis. The sweeper notices the
     missing sentinel and re-dispatches at once — the 10-minute grace shows it is the sentinel,
     not the age of the dispatch, that recovers them. Every task still finishes, and no effect
     happens twice."""
