@@ -1,26 +1,58 @@
-"""The Celery app. Settings come from `agent_jobs.queue.celery_config`, then from the module named
-by AGENT_JOBS_CELERY_CONFIG, if any (e.g. an edited copy of the repository's celeryconfig.py)."""
+"""The Celery app. Its settings are `celery_config.celery_settings(settings())`, then those of the
+module named by AGENT_JOBS_CELERY_CONFIG, if any (e.g. an edited copy of the repository's
+celeryconfig.py), on top.
+
+Nothing is read at import: Celery reads its configuration source when the app's configuration is
+first needed (the first `app.conf` read, a worker's or beat's start, the first send), and the
+source computes the settings then, from the settings in effect at that moment.
+"""
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from celery import Celery
 
 from agent_jobs.config import settings
+from agent_jobs.queue.celery_config import app_settings
 from agent_jobs.queue.consumers import TenantQueues
 from agent_jobs.queue.runtime import bind_app
 
+
+class OnFirstRead(Mapping[str, Any]):
+    """A configuration source computed on its first read, then kept. `config_from_object` is
+    lazy (Celery reads the source when it configures the app), so the settings are those in
+    effect then, not at import. A mapping, not a hook: an error in the settings (a bad
+    `AGENT_JOBS_*` value, an override module that does not import) propagates to whoever first
+    needed the configuration, where a signal receiver's would only be logged."""
+
+    def __init__(self, compute: Callable[[], Mapping[str, Any]]) -> None:
+        self._compute = compute
+        self._values: Mapping[str, Any] | None = None
+
+    def _read(self) -> Mapping[str, Any]:
+        if self._values is None:
+            self._values = self._compute()
+        return self._values
+
+    def __getitem__(self, key: str) -> Any:
+        return self._read()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+
+def _from_process_settings() -> Mapping[str, Any]:
+    return app_settings(settings())
+
+
 # The benchmarks' own tasks are not here: `celery -A agent_jobs.bench.app` adds them.
 app = Celery("agent_jobs", include=["agent_jobs.queue.tasks", "agent_jobs.api.submit_task"])
-app.config_from_object("agent_jobs.queue.celery_config")
-_override = settings().celery_config
-if _override:
-    # Settings are lower-case module attributes; imported classes and helpers are skipped.
-    _module = importlib.import_module(_override)
-    app.conf.update(
-        {k: v for k, v in vars(_module).items() if k.islower() and not k.startswith("_")}
-    )
+app.config_from_object(OnFirstRead(_from_process_settings))
 app.steps["consumer"].add(TenantQueues)
 # The runtime of this process is built over this app: wiring goes from here to queue/runtime.py.
 bind_app(app)

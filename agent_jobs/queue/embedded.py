@@ -52,6 +52,13 @@ class EmbeddedWorker:
     def __enter__(self) -> EmbeddedWorker:
         app.finalize()
         app.set_current()
+        # And the default app, as `celery worker` makes it (celery.app.trace's
+        # setup_worker_optimizations, which WorkController alone does not run): the thread pool
+        # runs each task with `current_app`, and a pool thread has no current app of its own.
+        # Without this it falls back to Celery's default app, which configures itself from a
+        # `celeryconfig` module if one is importable, else talks to amqp://localhost; a task's
+        # retry (its new message) would be sent through that app, not this one.
+        app.set_default()
         self.worker = _Worker(
             app=app,
             concurrency=self.concurrency,
