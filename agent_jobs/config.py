@@ -125,6 +125,13 @@ class Settings(BaseModel):
         "that does not keep sessions (PgBouncer in transaction mode)",
     )
     # -- Celery and the CLI --------------------------------------------------------------------
+    step_acks: str = _setting(
+        "memory",
+        "`memory`: a step message's ack is kept in the worker's memory (its loss is covered by "
+        "the task row's dispatch record and the sweepers; two Redis round trips fewer per step); "
+        "`broker`: kombu's unacked bookkeeping in Redis, as for any Celery task",
+        pattern=r"^(memory|broker)$",
+    )
     task_events: bool = _setting(
         False,
         "`1`: Celery task events (Flower's task pages; three extra publishes per step)",

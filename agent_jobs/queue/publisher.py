@@ -17,6 +17,7 @@ from kombu.utils.uuid import uuid
 from agent_jobs.core.names import broker_sentinel_key, shared_queue, tenant_queue
 from agent_jobs.queue.directory import TenantDirectory
 from agent_jobs.queue.gate import GatedDispatcher
+from agent_jobs.queue.step_acks import install_step_acks
 from agent_jobs.store import Dispatch
 
 log = logging.getLogger(__name__)
@@ -174,3 +175,4 @@ def reuse_redis_clients() -> None:
 
 
 reuse_redis_clients()
+install_step_acks()

@@ -1,0 +1,109 @@
+"""Step messages acknowledged in the worker's memory, not in Redis.
+
+kombu's Redis transport emulates acknowledgements: every delivered message is written to an
+"unacked" hash and index in Redis (a pipeline at delivery) and removed again at the ack (a second
+pipeline), so that a message whose worker vanished is put back after `visibility_timeout`. For
+a step message that bookkeeping buys nothing: the task row already records the dispatch, and the
+sweepers repeat it — a lease that expires (leased steps) or a dispatch older than
+`AGENT_JOBS_DISPATCH_GRACE_S` with no lease (quick steps) — long before the 600 s visibility
+timeout would. It costs two Redis round trips per step, about a fifth of a worker's CPU.
+
+So with `AGENT_JOBS_STEP_ACKS=memory` (the default) a step message (`agent_jobs.step`) is tracked
+in the worker's memory only: the prefetch limit counts it as before (one message per process:
+fairness is unchanged), a warm shutdown and a rejection with requeue put it back from memory,
+and a worker killed outright loses it — which the sweepers repeat, as they would today (the
+visibility timeout is ten times longer than the grace). Every other message (submissions,
+sweeps, a plain Celery task of the benchmarks) keeps kombu's bookkeeping. `broker` turns this off.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+
+log = logging.getLogger(__name__)
+
+STEP_TASK = "agent_jobs.step"
+
+
+def _memory_acks() -> bool:
+    from agent_jobs.config import settings  # noqa: PLC0415 - read when a consumer starts
+
+    return settings().step_acks == "memory"
+
+
+_RedisQoS: Any = kombu_redis.QoS
+_MemoryQoS: Any = virtual.QoS  # the in-memory half every kombu QoS has
+
+
+class StepQoS(_RedisQoS):  # type: ignore[misc]
+    """kombu's Redis QoS, with step messages' acks kept in memory (see the module)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Read when the channel's QoS is made (the worker's consumer starting).
+        self._memory = _memory_acks()
+        self._in_memory: set[Any] = set()
+
+    def _is_step(self, message: Any) -> bool:
+        if not self._memory:
+            return False
+        headers = getattr(message, "headers", None) or {}
+        return bool(headers.get("task") == STEP_TASK)
+
+    def append(self, message: Any, delivery_tag: Any) -> None:
+        if self._is_step(message):
+            # The in-memory record only: prefetch accounting and restore at shutdown.
+            self._in_memory.add(delivery_tag)
+            _MemoryQoS.append(self, message, delivery_tag)
+            return
+        super().append(message, delivery_tag)
+
+    def ack(self, delivery_tag: Any) -> None:
+        if delivery_tag in self._in_memory:
+            self._in_memory.discard(delivery_tag)
+            _MemoryQoS.ack(self, delivery_tag)
+            return
+        super().ack(delivery_tag)
+
+    def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        if delivery_tag in self._in_memory:
+            self._in_memory.discard(delivery_tag)
+            if requeue:
+                self._put_back(self._delivered[delivery_tag], leftmost=True)
+            _MemoryQoS.ack(self, delivery_tag)
+            return
+        super().reject(delivery_tag, requeue=requeue)
+
+    def restore_unacked(self, client: Any = None) -> None:
+        # A warm shutdown: what is in memory goes back to its queue from memory.
+        self._flush()
+        for tag in list(self._in_memory):
+            message = self._delivered.pop(tag, None)
+            self._in_memory.discard(tag)
+            if message is not None:
+                try:
+                    self._put_back(message, leftmost=False)
+                except Exception:
+                    # Its dispatch is recorded in the task row: the sweeper repeats it.
+                    log.warning("could not put back step message %s", tag, exc_info=True)
+        super().restore_unacked(client)
+
+    def _put_back(self, message: Any, *, leftmost: bool) -> None:
+        # Where kombu's own restore puts a message: `leftmost` behind what is waiting.
+        info = message.delivery_info
+        with self.channel.conn_or_acquire() as client:
+            pipe = client.pipeline()
+            self.channel._do_restore_message(
+                message._raw, info["exchange"], info["routing_key"], pipe, leftmost
+            )
+            pipe.execute()
+
+
+def install_step_acks() -> None:
+    """Give kombu's Redis channels the QoS above (idempotent)."""
+    channel_cls: Any = kombu_redis.Channel
+    channel_cls.QoS = StepQoS
