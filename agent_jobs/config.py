@@ -124,6 +124,13 @@ class Settings(BaseModel):
         "prepare the hot path's statements once per Postgres connection; `0` behind a pooler "
         "that does not keep sessions (PgBouncer in transaction mode)",
     )
+    step_row_max_bytes: int = _setting(
+        8192,
+        "a quick step's commit hands the task's new row to the next step's message (signed with "
+        "a key kept in the database) when the next step is quick too and the row's JSON is at "
+        "most this long, so that step needs no read; `0`: never",
+        ge=0,
+    )
     # -- Celery and the CLI --------------------------------------------------------------------
     step_acks: str = _setting(
         "memory",

@@ -122,7 +122,8 @@ class Harness:
 
     def run_one(self) -> StepReport | None:
         dispatch = self.publisher.queue.popleft()
-        report = self.orchestrator.run_step(dispatch.task_id)
+        # The row the dispatch carries, as a step message would (queue/carried_rows.py).
+        report = self.orchestrator.run_step(dispatch.task_id, dispatch.row)
         if report is not None:
             self.reports.append(report)
         return report

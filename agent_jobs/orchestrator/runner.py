@@ -70,6 +70,19 @@ class _Timed:
         return timed
 
 
+def startable(row: TaskRow | None, task_id: str) -> bool:
+    """A row a step may start from without reading it: this task's, runnable without a lease
+    (no owner, no timer, not held). Whether it is still the task's row the commit decides."""
+    return (
+        row is not None
+        and row.id == task_id
+        and row.status in (S.RECEIVED, S.RUNNING, S.VERIFYING)
+        and row.lease_owner is None
+        and row.next_attempt_at is None
+        and row.held_since is None
+    )
+
+
 class _NeedsLease(Exception):
     """A step run as quick tried an intermediate commit (an effect): redo it under a lease."""
 
@@ -185,7 +198,7 @@ class Orchestrator:
 
     # -- the step ---------------------------------------------------------------------------
 
-    def run_step(self, task_id: str) -> StepReport | None:
+    def run_step(self, task_id: str, row: TaskRow | None = None) -> StepReport | None:
         """Advance `task_id` by one step if this worker can claim it; None if it could not.
 
         The claimable row is read first. A step that does no I/O (the workflow says so through
@@ -194,10 +207,16 @@ class Orchestrator:
         exists to survive I/O, and a step without I/O needs none — a concurrent claimer or a
         duplicate delivery makes the CAS fail, and theirs stands. Any other step takes a fenced
         lease (the atomic claim) and runs under it.
+
+        `row`: the task as the previous step's commit returned it, carried by this step's
+        message when that step was quick and this one is too (`Dispatch.row`, signed by the
+        queue layer). It stands in for the read: the compare-and-set pins version, epoch and
+        owner as that row had them and that the gate holds nothing, so it commits only on the
+        very row it was computed from; if anything moved since, the step starts over from a read.
         """
         started = time.monotonic()
         self._local.hooks = _HookClock()
-        report = self._run(task_id, started)
+        report = self._run(task_id, started, row if startable(row, task_id) else None)
         if report is None:
             return None
         # The end of a claimed step, however it ended: give back the gate slot, charging the
@@ -211,13 +230,21 @@ class Orchestrator:
             self.observer.task_ended(task_id)  # committed, quick or leased: e.g. its trace
         return report
 
-    def _run(self, task_id: str, started: float) -> StepReport | None:
+    def _run(self, task_id: str, started: float, row: TaskRow | None) -> StepReport | None:
         owner = self.settings.lease_owner()
         lease: Lease | None = None
         try:
             # The read, and either the quick step's compare-and-set or the claim: on Postgres
-            # two statements, two round trips, no transaction around them (`Store.step_conn`).
+            # two statements, two round trips, no transaction around them (`Store.step_conn`);
+            # one, when the message carried the row.
             with self.store.step_conn() as conn:
+                if row is not None:
+                    workflow = self._workflow(row)
+                    if workflow is not None and self._quick(row, workflow):
+                        done = self._quick_step(conn, row, workflow, owner, started, carried=True)
+                        if done is not None:
+                            return done
+                    # Not quick after all, or the row moved on: start over from a read.
                 task = self.store.peek_claimable(conn, task_id)
                 if task is None:
                     return None  # owned elsewhere, parked, or terminal: a duplicate is harmless
@@ -264,17 +291,38 @@ class Orchestrator:
         return bool(hook(self._session(pseudo, workflow).peek()))
 
     def _quick_step(
-        self, conn: Any, task: TaskRow, workflow: Workflow, owner: str, started: float
-    ) -> StepReport:
+        self,
+        conn: Any,
+        task: TaskRow,
+        workflow: Workflow,
+        owner: str,
+        started: float,
+        *,
+        carried: bool = False,
+    ) -> StepReport | None:
+        """One quick step: computed from `task`, committed with compare-and-set. `carried`: the
+        row came with the message, not from a read; a lost CAS then returns None (start over
+        from a read) instead of a stale report."""
         pseudo = Lease(task=task, owner=owner, epoch=task.lease_epoch, expires_at=task.updated_at)
         session = self._session(pseudo, workflow, quick=True)
         patch = self._dispatch_status(session)
         if patch is None:
+            if carried:
+                return None  # nothing to do on the carried row: look at the real one
             self.observer.step(task.status.value, time.monotonic() - started, "noop")
             return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
         try:
-            dispatch = self.store.commit_read(conn, task, patch, actor=owner)
+            if self.settings.step_row_max_bytes > 0:
+                new, dispatch = self.store.commit_quick(
+                    conn, task, patch, actor=owner, unheld=carried
+                )
+                if dispatch is not None and startable(new, task.id) and self._quick(new, workflow):
+                    dispatch = dispatch._replace(row=new)  # the next step needs no read
+            else:
+                dispatch = self.store.commit_read(conn, task, patch, actor=owner)
         except StaleTransition:
+            if carried:
+                return None  # the carried row is not the task's any more: read it
             # A duplicate delivery, or a worker that claimed it meanwhile: theirs stands.
             self.observer.stale_commit()
             return StepReport(task.id, task.status, None, stale=True, tenant_id=task.tenant_id)

@@ -15,6 +15,7 @@ from celery import Celery
 from kombu.utils.uuid import uuid
 
 from agent_jobs.core.names import broker_sentinel_key, shared_queue, tenant_queue
+from agent_jobs.queue.carried_rows import CarriedRows
 from agent_jobs.queue.directory import TenantDirectory
 from agent_jobs.queue.gate import GatedDispatcher
 from agent_jobs.queue.step_acks import install_step_acks
@@ -38,12 +39,20 @@ class CeleryPublisher:
     """
 
     def __init__(
-        self, app: Celery, directory: TenantDirectory, prefix: str, *, shared: bool = False
+        self,
+        app: Celery,
+        directory: TenantDirectory,
+        prefix: str,
+        *,
+        shared: bool = False,
+        rows: CarriedRows | None = None,
     ) -> None:
         self.app = app
         self.directory = directory
         self.prefix = prefix
         self.shared = shared
+        # Signs the row a dispatch carries into its message (see carried_rows.py).
+        self.rows = rows
         # Set by the runtime when a tenant cap, fair share or the model cap is configured.
         self.gated: GatedDispatcher | None = None
         self._local = threading.local()
@@ -72,7 +81,10 @@ class CeleryPublisher:
             if not self.shared and self.directory.touch(dispatch.tenant_id):
                 # New tenant: tell running workers now rather than at their next directory read.
                 self.app.control.add_consumer(queue, reply=False)
-            self._send_step(dispatch.task_id, queue)
+            carried = None
+            if dispatch.row is not None and self.rows is not None:
+                carried = self.rows.encode(dispatch.row)
+            self._send_step(dispatch.task_id, queue, carried)
         except Exception:
             # A producer that failed may hold a dead connection: the next publish makes another.
             self._drop_producer()
@@ -81,14 +93,15 @@ class CeleryPublisher:
                 "publishing a step for %s failed; the sweeper will retry", dispatch.task_id
             )
 
-    def _send_step(self, task_id: str, queue: str) -> None:
+    def _send_step(self, task_id: str, queue: str, carried: dict[str, str] | None = None) -> None:
         amqp = self.app.amqp
         message = amqp.create_task_message(
             uuid(),
             STEP_TASK,
-            (task_id,),
+            (task_id,) if carried is None else (task_id, carried),
             {},
-            # Given, so Celery does not build them with saferepr for every message.
+            # Given, so Celery does not build them with saferepr for every message (and a
+            # carried row, kilobytes, is not repeated in a header).
             argsrepr=repr((task_id,)),
             kwargsrepr="{}",
             ignore_result=True,

@@ -23,6 +23,7 @@ from agent_jobs.orchestrator.ports import BrokerProbe, FreshInProcessBroker, Nev
 from agent_jobs.orchestrator.registry import WorkflowRegistry
 from agent_jobs.orchestrator.runner import Orchestrator
 from agent_jobs.orchestrator.sweepers import Sweepers
+from agent_jobs.queue.carried_rows import CarriedRows
 from agent_jobs.queue.directory import (
     InMemoryTenantDirectory,
     RedisTenantDirectory,
@@ -114,7 +115,10 @@ def build_runtime(
         probe = FreshInProcessBroker()
     else:
         probe = NeverLost()
-    publisher = CeleryPublisher(app, directory, cfg.queue_prefix, shared=cfg.routing == "shared")
+    rows = CarriedRows(store, cfg.step_row_max_bytes)
+    publisher = CeleryPublisher(
+        app, directory, cfg.queue_prefix, shared=cfg.routing == "shared", rows=rows
+    )
     gate, slots = gate_and_slots(cfg)
     # Operator switches (ops/): every process obeys them; the gate holds what a pause stops.
     switches = start_process_switches(store, cfg.directory_redis_url, cfg.queue_prefix)

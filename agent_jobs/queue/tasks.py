@@ -13,9 +13,14 @@ log = logging.getLogger(__name__)
 
 
 @app.task(name="agent_jobs.step", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def step(task_id: str) -> None:
-    """Claim the task, run the step for its status, commit, publish the next step."""
-    get_runtime().orchestrator.run_step(task_id)
+def step(task_id: str, carried: Any = None) -> None:
+    """Claim the task, run the step for its status, commit, publish the next step. `carried`:
+    the row the previous step's commit left, signed (queue/carried_rows.py), if it came along."""
+    runtime = get_runtime()
+    row = None
+    if carried is not None and runtime.publisher.rows is not None:
+        row = runtime.publisher.rows.decode(carried, task_id)
+    runtime.orchestrator.run_step(task_id, row)
 
 
 def _sweep(kind: str) -> int:

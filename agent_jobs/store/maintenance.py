@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from datetime import datetime
 
@@ -14,8 +15,9 @@ from agent_jobs.core.states import TERMINAL, Status
 from agent_jobs.store import holds, sweeps
 from agent_jobs.store.base import StoreBase
 from agent_jobs.store.rows import Dispatch, Lease, TaskRow
-from agent_jobs.store.schema import dead_letters, marks
+from agent_jobs.store.schema import dead_letters, marks, signing_keys
 from agent_jobs.store.types import db_now
+from agent_jobs.store.writes import insert_ignore
 
 _TERMINAL = [s.value for s in TERMINAL]
 
@@ -48,6 +50,18 @@ class MaintenanceStore(StoreBase):
                 )
         assert isinstance(now, datetime)
         return now
+
+    def signing_key(self, name: str) -> bytes:
+        """The key named `name`, made (32 random bytes) by whichever process asks first."""
+        with self.tx() as conn:
+            stmt = insert_ignore(self.dialect, signing_keys).values(
+                name=name, secret=secrets.token_hex(32), created_at=db_now()
+            )
+            conn.execute(stmt.on_conflict_do_nothing(index_elements=["name"]))
+            secret = conn.execute(
+                select(signing_keys.c.secret).where(signing_keys.c.name == name)
+            ).scalar_one()
+        return bytes.fromhex(secret)
 
     # -- sweeps (see sweeps.py) ----------------------------------------------------------------
 

@@ -246,6 +246,17 @@ marks = Table(
     Column("at", UTCDateTime(), nullable=False),
 )
 
+# Keys the runtime signs with, made on first use and kept here, where every worker already reads:
+# e.g. "step_snapshots", the HMAC key of the row a quick step's commit hands to the next step's
+# message (queue/snapshots.py). The broker never holds one.
+signing_keys = Table(
+    "signing_keys",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("secret", String(128), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+)
+
 # Celery-native submissions that created nothing (missing or invalid token, bad request, key
 # reused with another payload, rate limit): one row per broker message, with its reason, so a
 # sender can find out why its task never appeared. Tenant and subject are filled only when the

@@ -368,6 +368,21 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         with self.tx() as tx:
             return apply_patch_lean(tx, task, owner=owner, epoch=epoch, patch=patch, actor=actor)
 
+    def commit_quick(
+        self, conn: Connection, task: TaskRow, patch: Patch, *, actor: str, unheld: bool = False
+    ) -> tuple[TaskRow, Dispatch | None]:
+        """`commit_read`, returning the row as the commit left it (the next quick step starts
+        from it: see `Orchestrator.run_step`). With `unheld` — this step started from such a
+        row, not from `peek_claimable` — the compare-and-set also requires that the gate does
+        not hold the task, the one part of "claimable" that version, epoch and owner do not
+        already pin."""
+        owner, epoch = task.lease_owner, task.lease_epoch
+        kw: dict[str, Any] = {"owner": owner, "epoch": epoch, "patch": patch, "lease_ttl_s": 0.0}
+        if self.dialect != "postgresql" or single_statement(patch):
+            return apply_patch(conn, task, actor=actor, unheld=unheld, **kw)
+        with self.tx() as tx:
+            return apply_patch(tx, task, actor=actor, unheld=unheld, **kw)
+
     def renew(self, lease: Lease, ttl_s: float) -> Lease:
         """Heartbeat: push the expiry out. `StaleTransition` if the lease was lost."""
         stmt = (

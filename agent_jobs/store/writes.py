@@ -38,9 +38,13 @@ def apply_patch(
     patch: Patch,
     lease_ttl_s: float,
     actor: str | None = None,
+    unheld: bool = False,
 ) -> tuple[TaskRow, Dispatch | None]:
-    """Apply `patch` to `task` if nobody moved it since (version, epoch and owner unchanged)."""
-    new, dispatch = _apply(conn, task, owner, epoch, patch, lease_ttl_s, actor, lean=False)
+    """Apply `patch` to `task` if nobody moved it since (version, epoch and owner unchanged;
+    with `unheld`, and the gate does not hold it)."""
+    new, dispatch = _apply(
+        conn, task, owner, epoch, patch, lease_ttl_s, actor, lean=False, unheld=unheld
+    )
     assert new is not None
     return new, dispatch
 
@@ -79,6 +83,7 @@ def _apply(  # noqa: PLR0917 - the two public functions above name every argumen
     actor: str | None,
     *,
     lean: bool,
+    unheld: bool = False,
 ) -> tuple[TaskRow | None, Dispatch | None]:
     """The one write path.
 
@@ -102,6 +107,7 @@ def _apply(  # noqa: PLR0917 - the two public functions above name every argumen
         lease_ttl_s=lease_ttl_s,
         dispatch=dispatch,
         data=data,
+        unheld=unheld,
     )
     if row is None:
         raise StaleTransition(task.id, task.version, epoch)
@@ -143,7 +149,7 @@ WITH u AS (
         THEN now() + make_interval(secs => CAST(:ttl AS double precision)) ELSE NULL END,
     dispatched_at = CASE WHEN :dispatch THEN now() ELSE dispatched_at END
   WHERE id = :id AND version = :version AND lease_epoch = :epoch
-    AND lease_owner IS NOT DISTINCT FROM CAST(:owner AS varchar)
+    AND lease_owner IS NOT DISTINCT FROM CAST(:owner AS varchar){guard}
   RETURNING {returning}
 ), e AS (
   INSERT INTO task_events (task_id, seq, type, from_status, to_status, data, trace_id, at)
@@ -154,11 +160,20 @@ SELECT {selected} FROM u
 """
 # Named, never `*`: a column added by a migration lands at the end of the table.
 _ALL_COLUMNS = ", ".join(c.name for c in tasks.c)
-_PG_CAS_SQL = _PG_CAS_TEMPLATE.format(returning=_ALL_COLUMNS, selected=_ALL_COLUMNS)
+_PG_CAS_SQL = _PG_CAS_TEMPLATE.format(returning=_ALL_COLUMNS, selected=_ALL_COLUMNS, guard="")
 _PG_CAS = text(_PG_CAS_SQL).columns(*tasks.c)
 # The same, for callers that need no new row back (a quick step): only what the event needs.
-_PG_CAS_LEAN_SQL = _PG_CAS_TEMPLATE.format(returning="id, event_seq, trace_id", selected="id")
+_PG_CAS_LEAN_SQL = _PG_CAS_TEMPLATE.format(
+    returning="id, event_seq, trace_id", selected="id", guard=""
+)
 _PG_CAS_LEAN = text(_PG_CAS_LEAN_SQL).columns(tasks.c.id)
+# A quick step that started from the row a previous commit returned, not from a read: the one
+# part of "claimable" that version, epoch and owner do not already pin is the gate's hold.
+_UNHELD = "\n    AND held_since IS NULL"
+_PG_CAS_UNHELD_SQL = _PG_CAS_TEMPLATE.format(
+    returning=_ALL_COLUMNS, selected=_ALL_COLUMNS, guard=_UNHELD
+)
+_PG_CAS_UNHELD = text(_PG_CAS_UNHELD_SQL).columns(*tasks.c)
 
 
 # Prepared once per connection (see `prepared`): planning the CTE costs about as much as
@@ -185,6 +200,9 @@ _PG_CAS_PREPARED = prepared.from_text("aj_cas", _PG_CAS_SQL, _CAS_TYPES, tuple(t
 _PG_CAS_LEAN_PREPARED = prepared.from_text(
     "aj_cas_lean", _PG_CAS_LEAN_SQL, _CAS_TYPES, (tasks.c.id,)
 )
+_PG_CAS_UNHELD_PREPARED = prepared.from_text(
+    "aj_cas_unheld", _PG_CAS_UNHELD_SQL, _CAS_TYPES, tuple(tasks.c)
+)
 
 
 def _json(value: Any) -> str | None:
@@ -202,11 +220,18 @@ def _cas_postgres(
     dispatch: bool,
     data: dict[str, Any],
     lean: bool = False,
+    unheld: bool = False,
 ) -> Row[Any] | None:
+    if unheld:
+        chosen, plain = _PG_CAS_UNHELD_PREPARED, _PG_CAS_UNHELD
+    elif lean:
+        chosen, plain = _PG_CAS_LEAN_PREPARED, _PG_CAS_LEAN
+    else:
+        chosen, plain = _PG_CAS_PREPARED, _PG_CAS
     return prepared.execute(
         conn,
-        _PG_CAS_LEAN_PREPARED if lean else _PG_CAS_PREPARED,
-        _PG_CAS_LEAN if lean else _PG_CAS,
+        chosen,
+        plain,
         {
             "to_status": patch.to.value,
             "wake": patch.wake_in_s,
@@ -239,6 +264,7 @@ def _cas_generic(
     dispatch: bool,
     data: dict[str, Any],
     lean: bool = False,
+    unheld: bool = False,
 ) -> Row[Any] | None:
     """The same compare-and-set as two statements (SQLite has no data-modifying CTEs)."""
     values: dict[str, Any] = {
@@ -271,6 +297,8 @@ def _cas_generic(
         & (tasks.c.lease_epoch == epoch)
         & (tasks.c.lease_owner.is_(None) if owner is None else tasks.c.lease_owner == owner)
     )
+    if unheld:
+        guard = guard & tasks.c.held_since.is_(None)
     row = conn.execute(update(tasks).where(guard).values(**values).returning(tasks)).first()
     if row is None:
         return None
