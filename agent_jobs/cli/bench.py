@@ -156,6 +156,19 @@ def cmd_platform(args: argparse.Namespace) -> int:
     return 0 if not result["not_completed"] else 1  # a refund task that did not complete
 
 
+def cmd_recovery(args: argparse.Namespace) -> int:
+    from agent_jobs.bench import recovery  # noqa: PLC0415
+
+    result = recovery.run(
+        tasks=args.tasks,
+        kills=args.kills,
+        rounds=args.rounds,
+        progress=not args.json,
+    )
+    _print(result, args.json, recovery.render)
+    return 0 if not result["lost_memory"] and not result["lost_broker"] else 1  # a task lost
+
+
 def _guarded(command: Any) -> Any:
     """A benchmark starts worker processes in sessions of their own: on SIGTERM, unwind through
     the `finally` blocks that stop them instead of leaving them running."""
@@ -248,6 +261,7 @@ def register(sub: Any) -> None:
     s.set_defaults(func=_guarded(cmd_sweep))
 
     _register_history(bsub)
+    _register_recovery(bsub)
 
 
 def _register_issue5(bsub: Any) -> None:
@@ -305,3 +319,16 @@ def _register_history(bsub: Any) -> None:
     h.add_argument("--reseed", action="store_true", help="seed the history database again")
     h.add_argument("--json", action="store_true")
     h.set_defaults(func=_guarded(cmd_history))
+
+
+def _register_recovery(bsub: Any) -> None:
+    rc = bsub.add_parser(
+        "recovery", help="recovery after a SIGKILL mid-step: step acks in memory vs in the broker"
+    )
+    rc.add_argument("--tasks", type=int, default=20, help="no-op tasks kept running")
+    rc.add_argument("--kills", type=int, default=5, help="SIGKILLs per mode per round")
+    rc.add_argument(
+        "--rounds", type=int, default=2, help="rounds, alternating which mode runs first (ABBA)"
+    )
+    rc.add_argument("--json", action="store_true")
+    rc.set_defaults(func=_guarded(cmd_recovery))
