@@ -21,7 +21,7 @@ SERVICE_ENV := AGENT_JOBS_DATABASE_URL=$(PG_URL)/agent_jobs AGENT_JOBS_BROKER_UR
 	AGENT_JOBS_TOOL_SECRET="$${AGENT_JOBS_TOOL_SECRET:-$$(cat $(TOOL_SECRET_FILE))}"
 
 .PHONY: install demo demo-example test eval lint format bench bench-transitions bench-fairness bench-sweep bench-scale \
-	bench-cost bench-peers bench-platform bench-history \
+	bench-cost bench-peers bench-platform bench-recovery bench-history \
 	chaos db sim api worker beat flower token schemathesis compose-config clean help
 
 help:
@@ -32,7 +32,7 @@ help:
 	@echo "make lint      ruff and mypy --strict"
 	@echo "make bench     the runtime's three benchmarks on Postgres + Redis"
 	@echo "make bench-scale   scale and fairness: 1000 tenants, a noisy neighbour, cost-weighted shares"
-	@echo "make bench-cost    step cost: bench peers (Celery chain, DBOS), platform time of a refund, 10M rows of history"
+	@echo "make bench-cost    step cost: bench peers (Celery chain, DBOS), platform time of a refund, recovery, 10M rows of history"
 	@echo "make chaos     hundreds of tasks, workers SIGKILLed, broker flushed: lost/duplicates"
 	@echo "make db        create and migrate the local database (make api does it too)"
 	@echo "make sim | api | worker | beat | flower   run the services on local Postgres and Redis"
@@ -88,15 +88,19 @@ bench-scale: $(STAMP)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench noisy
 	$(BENCH_ENV) $(BIN)/agent-jobs bench cost-fairness
 
-# step cost (issue 14): the peers side by side, a refund task's own platform time, 10M rows of
-# history against an empty database (seeds 2.8 GB once, minutes; kept for the next run)
-bench-cost: bench-peers bench-platform bench-history
+# step cost (issue 14): the peers side by side, a refund task's own platform time, recovery
+# after a SIGKILL with step acks in memory and in the broker, 10M rows of history against an
+# empty database (seeds 2.8 GB once, minutes; kept for the next run)
+bench-cost: bench-peers bench-platform bench-recovery bench-history
 
 bench-peers: $(STAMP)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench peers
 
 bench-platform: $(STAMP)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench platform --tasks 10
+
+bench-recovery: $(STAMP)
+	$(BENCH_ENV) $(BIN)/agent-jobs bench recovery
 
 bench-history: $(STAMP)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench history
