@@ -8,8 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -20,7 +18,7 @@ import redis
 
 from agent_jobs.bench.common import bench_env, require_services
 from agent_jobs.bench.common import progress as say
-from agent_jobs.bench.procs import WorkerProcess
+from agent_jobs.bench.procs import BeatProcess, WorkerProcess
 from agent_jobs.config import load_settings
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.errors import ConfigError
@@ -40,8 +38,8 @@ ALLOW_DB0 = "AGENT_JOBS_BENCH_ALLOW_DB0"
 
 
 def refuse_shared_broker_db(broker_url: str) -> None:
-    """The chaos run flushes its broker's Redis database (FLUSHDB, never a whole-server flush). Database 0
-    is every client's default, and most likely a real deployment's: refused unless
+    """The chaos run flushes its broker's Redis database (FLUSHDB, never a whole-server flush).
+    Database 0 is every client's default, and most likely a real deployment's: refused unless
     AGENT_JOBS_BENCH_ALLOW_DB0=1 says it is this run's to flush."""
     db = redis.Redis.from_url(broker_url).connection_pool.connection_kwargs.get("db") or 0
     if int(db) == 0 and not load_settings().bench_allow_db0:
@@ -89,12 +87,7 @@ def run(  # noqa: PLR0915 - one scenario, read top to bottom
     pool = [WorkerProcess(env, name=f"chaos{i}", log=tmp / f"chaos{i}.log") for i in range(workers)]
     for w in pool:
         w.wait_ready()
-    beat = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "agent_jobs", "beat", "--schedule", str(tmp / "beat"),
-         "--loglevel", "WARNING"],
-        env={**os.environ, **env}, stdout=open(tmp / "beat.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
-        start_new_session=True,
-    )  # fmt: skip
+    beat = BeatProcess(env, tmp)
     started = time.monotonic()
     ids = []
     for i in range(tasks):
@@ -142,8 +135,7 @@ def run(  # noqa: PLR0915 - one scenario, read top to bottom
                 break
             time.sleep(1.0)
     finally:
-        beat.terminate()
-        beat.wait(timeout=20)
+        beat.stop()
         for w in pool:
             w.stop()
     elapsed = time.monotonic() - started

@@ -103,6 +103,27 @@ class WorkerProcess:
         self._out.close()
 
 
+def bench_worker(
+    env: dict[str, str],
+    name: str,
+    logdir: Path,
+    *,
+    pool: str = "solo",
+    concurrency: int = 1,
+    app: str = BENCH_APP,
+) -> WorkerProcess:
+    """One benchmark worker, logging to `logdir/<name>.log` (not waited for)."""
+    return WorkerProcess(
+        env,
+        name=name,
+        log=logdir / f"{name}.log",
+        pool=pool,
+        concurrency=concurrency,
+        loglevel="WARNING",
+        app=app,
+    )
+
+
 def start_workers(
     env: dict[str, str],
     count: int,
@@ -114,15 +135,7 @@ def start_workers(
 ) -> list[WorkerProcess]:
     """Benchmark workers: by default on the bench app, which knows the floor and chain tasks."""
     workers = [
-        WorkerProcess(
-            env,
-            name=f"bench{i}",
-            log=logdir / f"bench{i}.log",
-            pool=pool,
-            concurrency=concurrency,
-            loglevel="WARNING",
-            app=app,
-        )
+        bench_worker(env, f"bench{i}", logdir, pool=pool, concurrency=concurrency, app=app)
         for i in range(count)
     ]
     try:
@@ -132,6 +145,35 @@ def start_workers(
         stop_all(workers)  # never leave half a pool running in its own session
         raise
     return workers
+
+
+class BeatProcess:
+    """`celery -A <app> beat` as a process of its own session, running every sweeper on the
+    schedule the settings in `env` give; its schedule file and log in `logdir`."""
+
+    def __init__(self, env: dict[str, str], logdir: Path, *, app: str = PRODUCTION_APP) -> None:
+        self._out: IO[str] = open(logdir / "beat.log", "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", app, "beat",
+             "--schedule", str(logdir / "beat"), "--loglevel", "WARNING"],
+            env={**os.environ, **env}, stdout=self._out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+    def __enter__(self) -> BeatProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self, timeout_s: float = 20) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._out.close()
 
 
 def stop_all(workers: list[WorkerProcess]) -> None:

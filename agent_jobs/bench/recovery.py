@@ -27,15 +27,9 @@ import itertools
 import json
 import logging
 import math
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import redis
@@ -45,15 +39,15 @@ from agent_jobs.bench.common import (
     abba,
     bench_env,
     median,
-    progress,
     require_services,
     wait,
 )
-from agent_jobs.bench.procs import WorkerProcess
-from agent_jobs.core.names import control_queue
+from agent_jobs.bench.common import progress as say
+from agent_jobs.bench.procs import BeatProcess, bench_worker
+from agent_jobs.core.names import STEP_TASK, control_queue
 from agent_jobs.core.states import TERMINAL, Status
 from agent_jobs.orchestrator.sweepers import Sweepers
-from agent_jobs.queue.step_acks import STEP_TASK
+from agent_jobs.queue.celery_config import VISIBILITY_TIMEOUT_S
 
 MODES = ["memory", "broker"]
 TIMINGS = {
@@ -127,7 +121,7 @@ def run(
             one = _phase(mode, f"{mode} r{r + 1}/{rounds}", tasks, kills, show)
             runs.append(one)
             rec = [s.recovery_s for s in one.stalls]
-            _say(show, f"[{one.label}] {len(one.stalls)} of {kills} kills caught a step in flight, "
+            say(show, f"[{one.label}] {len(one.stalls)} of {kills} kills caught a step in flight, "
                  f"recovery median {_fmt(median(rec) if rec else None)} s, max {_fmt(max(rec) if rec else None)} s; "
                  f"{one.completed}/{one.submitted} completed, {one.lost} lost")  # fmt: skip
     return _result(runs, tasks, kills, rounds)
@@ -139,7 +133,10 @@ def _phase(mode: str, label: str, tasks: int, kills: int, show: bool) -> ModeRun
     stall_s = STALL_FRACTION * min(
         float(TIMINGS["AGENT_JOBS_DISPATCH_GRACE_S"]), float(TIMINGS["AGENT_JOBS_LEASE_TTL_S"])
     )
-    with Phase(label, WORKERS, show, env) as ph, _beat(bench_env(ph.env), ph.logdir, ph.app):
+    with (
+        Phase(label, WORKERS, show, env) as ph,
+        BeatProcess(bench_env(ph.env), ph.logdir, app=ph.app),
+    ):
         # Sets the broker's sentinel for this new prefix now, before any task exists: the first
         # sweep would otherwise take it for a broker that lost its messages and re-dispatch
         # every task waiting at that moment. (Its warning says just that: not shown.)
@@ -221,7 +218,7 @@ def _drive(ph: Phase, out: ModeRun, tasks: int, kills: int, show: bool) -> dict[
         out.control_max = max(out.control_max, int(control.llen(queue)))
         time.sleep(POLL_S)
     control.close()
-    _say(show, f"[{out.label}] kills done; waiting for the {len(active)} running tasks")
+    say(show, f"[{out.label}] kills done; waiting for the {len(active)} running tasks")
     deadline = time.monotonic() + DRAIN_S
     while time.monotonic() < deadline:
         if all(store.get(t).status in TERMINAL for t in active.values()):
@@ -240,34 +237,11 @@ def _kill(ph: Phase, out: ModeRun, kills: int, show: bool) -> None:
     # After it: a commit the victim made as it was killed comes before this instant.
     out.kills.append(ph.rt.store.db_now())
     name = f"bench{WORKERS + len(out.kills) - 1}"
-    ph.procs[victim] = WorkerProcess(
-        bench_env(ph.env), name=name, log=ph.logdir / f"{name}.log",
-        pool="solo", concurrency=1, loglevel="WARNING", app=ph.app,
-    )  # fmt: skip
-    _say(
+    ph.procs[victim] = bench_worker(bench_env(ph.env), name, ph.logdir, app=ph.app)
+    say(
         show,
         f"[{out.label}] kill {len(out.kills)}/{kills}: worker {victim} SIGKILLed, {name} starting",
     )
-
-
-@contextmanager
-def _beat(env: dict[str, str], logdir: Path, app: str) -> Iterator[None]:
-    """Beat, running every sweeper at the sweep interval, as `bench chaos` starts it."""
-    with open(logdir / "beat.log", "w") as log:
-        beat = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", app, "beat", "--schedule", str(logdir / "beat"),
-             "--loglevel", "WARNING"],
-            env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        try:
-            yield
-        finally:
-            beat.terminate()
-            try:
-                beat.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                beat.kill()
-                beat.wait()
 
 
 def _analyse(
@@ -319,7 +293,7 @@ def _result(runs: list[ModeRun], tasks: int, kills: int, rounds: int) -> dict[st
         "grace_s": float(TIMINGS["AGENT_JOBS_DISPATCH_GRACE_S"]),
         "lease_ttl_s": float(TIMINGS["AGENT_JOBS_LEASE_TTL_S"]),
         "sweep_interval_s": float(TIMINGS["AGENT_JOBS_SWEEP_INTERVAL_S"]),
-        "visibility_timeout_s": 600.0,
+        "visibility_timeout_s": float(VISIBILITY_TIMEOUT_S),
         "order": [r.mode for r in runs],
     }
     for mode in MODES:
@@ -370,10 +344,6 @@ def _round(value: float, digits: int = 2) -> float | None:
 
 def _fmt(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
-
-
-def _say(enabled: bool, text: str) -> None:
-    progress(enabled, text)
 
 
 def render(r: dict[str, Any]) -> str:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# The Celery task that runs one step of one task (queue/tasks.py); its messages are what the
+# publisher sends and what the step acks (queue/step_acks.py) recognise.
+STEP_TASK = "agent_jobs.step"
+
 
 def tenant_queue(prefix: str, tenant_id: str) -> str:
     """A tenant's own Celery queue: `aj.t.<tenant>` (tenant ids are restricted to [a-z0-9_.-])."""

@@ -18,6 +18,10 @@ from agent_jobs.config import Settings
 from agent_jobs.core.names import control_queue, submit_queue
 from agent_jobs.orchestrator.sweepers import periods as sweep_periods
 
+# kombu's redelivery of an unacknowledged message (Redis transport): ten times the default
+# dispatch grace, so the sweepers, not redelivery, recover a step whose worker died.
+VISIBILITY_TIMEOUT_S = 600
+
 
 def celery_settings(cfg: Settings) -> dict[str, Any]:
     """Every Celery setting agent_jobs sets, from `cfg` alone (a fresh dict on each call)."""
@@ -30,7 +34,7 @@ def celery_settings(cfg: Settings) -> dict[str, Any]:
             # One priority step: kombu's Redis transport otherwise BRPOPs four keys per queue.
             "priority_steps": [0],
             # Longer than any step; a step's own recovery is the lease, not redelivery.
-            "visibility_timeout": 600,
+            "visibility_timeout": VISIBILITY_TIMEOUT_S,
             # The in-process broker polls; its 1 s default would make the embedded demo crawl.
             "polling_interval": 0.005 if cfg.embedded else 1.0,
         },

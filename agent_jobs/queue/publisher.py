@@ -14,7 +14,7 @@ import redis
 from celery import Celery
 from kombu.utils.uuid import uuid
 
-from agent_jobs.core.names import broker_sentinel_key, shared_queue, tenant_queue
+from agent_jobs.core.names import STEP_TASK, broker_sentinel_key, shared_queue, tenant_queue
 from agent_jobs.queue.carried_rows import CarriedRows
 from agent_jobs.queue.directory import TenantDirectory
 from agent_jobs.queue.gate import GatedDispatcher
@@ -22,8 +22,6 @@ from agent_jobs.queue.step_acks import install_step_acks
 from agent_jobs.store import Dispatch
 
 log = logging.getLogger(__name__)
-
-STEP_TASK = "agent_jobs.step"
 
 
 class CeleryPublisher:

@@ -24,9 +24,9 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
-log = logging.getLogger(__name__)
+from agent_jobs.core.names import STEP_TASK
 
-STEP_TASK = "agent_jobs.step"
+log = logging.getLogger(__name__)
 
 
 def _memory_acks() -> bool:

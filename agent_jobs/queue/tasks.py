@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from agent_jobs.core.names import STEP_TASK
 from agent_jobs.orchestrator.sweepers import KINDS
 from agent_jobs.queue.app import app
 from agent_jobs.queue.runtime import get_runtime
@@ -12,7 +13,7 @@ from agent_jobs.queue.runtime import get_runtime
 log = logging.getLogger(__name__)
 
 
-@app.task(name="agent_jobs.step", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+@app.task(name=STEP_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def step(task_id: str, carried: Any = None) -> None:
     """Claim the task, run the step for its status, commit, publish the next step. `carried`:
     the row the previous step's commit left, signed (queue/carried_rows.py), if it came along."""

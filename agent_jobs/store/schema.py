@@ -247,8 +247,8 @@ marks = Table(
 )
 
 # Keys the runtime signs with, made on first use and kept here, where every worker already reads:
-# e.g. "step_snapshots", the HMAC key of the row a quick step's commit hands to the next step's
-# message (queue/snapshots.py). The broker never holds one.
+# e.g. "step_rows", the HMAC key of the row a quick step's commit hands to the next step's
+# message (queue/carried_rows.py). The broker never holds one.
 signing_keys = Table(
     "signing_keys",
     metadata,

@@ -354,19 +354,26 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
                     conn.rollback()  # SQLAlchemy's bookkeeping only: nothing is open
                 dbapi.autocommit = False  # type: ignore[union-attr]
 
+    @contextmanager
+    def _quick_commit_conn(self, conn: Connection, patch: Patch) -> Iterator[Connection]:
+        """Where a quick step's commit runs: on Postgres, the step's autocommit connection when
+        the patch writes only the row and its event (one statement, atomic by itself), else a
+        transaction of its own; on SQLite, the step's own transaction."""
+        if self.dialect != "postgresql" or single_statement(patch):
+            yield conn
+        else:
+            with self.tx() as tx:
+                yield tx
+
     def commit_read(
         self, conn: Connection, task: TaskRow, patch: Patch, *, actor: str
     ) -> Dispatch | None:
         """Apply a transition to a task read by `peek_claimable` on `conn` (a `step_conn`), if
         nobody moved it since (compare-and-set on version, lease epoch and owner as read).
-        Returns the dispatch to publish after the commit; `StaleTransition` if the CAS lost. On
-        Postgres a patch that writes more than the row and its event (one statement) gets a
-        transaction of its own."""
+        Returns the dispatch to publish after the commit; `StaleTransition` if the CAS lost."""
         owner, epoch = task.lease_owner, task.lease_epoch
-        if self.dialect != "postgresql" or single_statement(patch):
-            return apply_patch_lean(conn, task, owner=owner, epoch=epoch, patch=patch, actor=actor)
-        with self.tx() as tx:
-            return apply_patch_lean(tx, task, owner=owner, epoch=epoch, patch=patch, actor=actor)
+        with self._quick_commit_conn(conn, patch) as c:
+            return apply_patch_lean(c, task, owner=owner, epoch=epoch, patch=patch, actor=actor)
 
     def commit_quick(
         self, conn: Connection, task: TaskRow, patch: Patch, *, actor: str, unheld: bool = False
@@ -377,11 +384,11 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         not hold the task, the one part of "claimable" that version, epoch and owner do not
         already pin."""
         owner, epoch = task.lease_owner, task.lease_epoch
-        kw: dict[str, Any] = {"owner": owner, "epoch": epoch, "patch": patch, "lease_ttl_s": 0.0}
-        if self.dialect != "postgresql" or single_statement(patch):
-            return apply_patch(conn, task, actor=actor, unheld=unheld, **kw)
-        with self.tx() as tx:
-            return apply_patch(tx, task, actor=actor, unheld=unheld, **kw)
+        with self._quick_commit_conn(conn, patch) as c:
+            return apply_patch(
+                c, task, owner=owner, epoch=epoch, patch=patch, lease_ttl_s=0.0, actor=actor,
+                unheld=unheld,
+            )  # fmt: skip
 
     def renew(self, lease: Lease, ttl_s: float) -> Lease:
         """Heartbeat: push the expiry out. `StaleTransition` if the lease was lost."""

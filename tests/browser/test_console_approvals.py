@@ -33,9 +33,9 @@ from tests.browser.scenes import (
     world_with,
 )
 from tests.integration.api_env import (
-    ShimRuntime,
     api_settings,
     auth,
+    harness_app,
     live_runtime,
     serve,
     token,
@@ -154,14 +154,10 @@ def test_approver_sees_the_exact_action_grants_and_the_task_completes(
 @pytest.fixture
 def parked(pg_store: Any) -> Iterator[tuple[str, Any, Any]]:
     """An API over the inline harness: tasks park for approval without a worker."""
-    from agent_jobs.api.app import create_app
-    from agent_jobs.testing import Harness
-
     cfg = api_settings()
     with sim_server(world_with(worlds.incident_8472, injected_world)) as sim:
         reg = refund_registry(sim.base_url)
-        harness = Harness(pg_store, reg, cfg)
-        app = create_app(ShimRuntime(cfg, pg_store, harness.orchestrator, reg), cfg)
+        harness, app = harness_app(pg_store, reg, cfg)
         with serve(app) as base:
             yield base, harness, cfg
 

@@ -14,7 +14,7 @@ import pytest
 
 from agent_jobs.core.states import Status
 from tests.contract.test_dead_letter_replay import dead_lettered
-from tests.integration.api_env import ShimRuntime, api_settings, registry, serve, token
+from tests.integration.api_env import api_settings, harness_app, registry, serve, token
 
 pytestmark = [pytest.mark.postgres]
 
@@ -25,14 +25,10 @@ OPERATOR = ("operator",)
 @pytest.fixture
 def console(pg_store: Any, tmp_path: Any) -> Iterator[tuple[str, Any, str]]:
     """The API over Postgres with one dead letter of TENANT's; steps run inline (none here)."""
-    from agent_jobs.api.app import create_app
-    from agent_jobs.testing import Harness
-
     cfg = api_settings()
     dead = dead_lettered(pg_store, TENANT)
     reg, _ = registry(tmp_path / "ledger.db")
-    harness = Harness(pg_store, reg, cfg)
-    app = create_app(ShimRuntime(cfg, pg_store, harness.orchestrator, reg), cfg)
+    _, app = harness_app(pg_store, reg, cfg)
     with serve(app) as base:
         yield base, cfg, dead
 

@@ -16,7 +16,7 @@ import pytest
 
 from agent_jobs.sim import worlds
 from tests.browser.scenes import Incident, play_incident, sim_server
-from tests.integration.api_env import ShimRuntime, api_settings, registry, serve, token
+from tests.integration.api_env import api_settings, harness_app, registry, serve, token
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -25,15 +25,11 @@ TENANT = "acme"
 
 @pytest.fixture
 def incident(pg_store: Any, tmp_path: Any) -> Iterator[tuple[str, Incident, Any]]:
-    from agent_jobs.api.app import create_app
-    from agent_jobs.testing import Harness
-
     cfg = api_settings()
     with sim_server(worlds.incident_8472()) as sim:
         played = play_incident(pg_store, sim, cfg, TENANT)
         reg, _ = registry(tmp_path / "ledger.db")
-        harness = Harness(pg_store, reg, cfg)
-        app = create_app(ShimRuntime(cfg, pg_store, harness.orchestrator, reg), cfg)
+        _, app = harness_app(pg_store, reg, cfg)
         with serve(app) as base:
             yield base, played, cfg
 

@@ -75,17 +75,22 @@ class HarnessApi:
         return self.harness.store
 
 
+def harness_app(store: Any, reg: WorkflowRegistry, cfg: Settings) -> tuple[Harness, Any]:
+    """The API app over the inline harness on `store`: step messages run when a test says."""
+    from agent_jobs.api.app import create_app
+
+    harness = Harness(store, reg, cfg)
+    return harness, create_app(ShimRuntime(cfg, store, harness.orchestrator, reg), cfg)
+
+
 def harness_api(
     store: Any, ledger: Path, cfg: Settings | None = None, workflows: tuple[Any, ...] = ()
 ) -> HarnessApi:
     from fastapi.testclient import TestClient
 
-    from agent_jobs.api.app import create_app
-
     cfg = cfg or api_settings()
     reg, backend = registry(ledger, *workflows)
-    harness = Harness(store, reg, cfg)
-    app = create_app(ShimRuntime(cfg, store, harness.orchestrator, reg), cfg)
+    harness, app = harness_app(store, reg, cfg)
     return HarnessApi(harness, cfg, TestClient(app), backend, app)
 
 

@@ -3,15 +3,10 @@ test: it asserts the shape of the output and that every side did its steps, neve
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import uuid
-
 import pytest
 
 from tests.services import PG_ADMIN_URL
+from tests.support.bench import run_bench
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -27,22 +22,13 @@ def _dbos_installed() -> bool:
 def test_bench_peers_prints_the_three_sides_and_the_hand_off(
     pg_database: str, redis_url: str
 ) -> None:
-    env = {
-        **os.environ,
-        "AGENT_JOBS_DATABASE_URL": pg_database,
-        "AGENT_JOBS_BROKER_URL": redis_url,
-        "AGENT_JOBS_QUEUE_PREFIX": f"peers{uuid.uuid4().hex[:6]}",
-    }
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "agent_jobs.cli", "bench", "peers", "--tasks", "2",
-             "--steps", "3", "--workers", "1", "--rounds", "1", "--handoff-steps", "4", "--json"],
-            env=env, capture_output=True, text=True, timeout=300, check=False,
+        result = run_bench(
+            "peers", "--tasks", "2", "--steps", "3", "--workers", "1", "--rounds", "1",
+            "--handoff-steps", "4", database_url=pg_database, broker_url=redis_url, prefix="peers",
         )  # fmt: skip
     finally:
         _drop_dbos_database(pg_database)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
     for key in ("steps_per_s", "celery_chain_per_s", "ratio_celery", "cpu_ms_per_step"):
         assert result[key] > 0, key
     assert result["handoff_p50_ms"] is not None

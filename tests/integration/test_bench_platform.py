@@ -4,11 +4,6 @@ person other than its requester) and that some platform time was measured, never
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +14,7 @@ from tests.services import (
     database_url_for,
     new_test_database_name,
 )
+from tests.support.bench import run_bench
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -42,19 +38,10 @@ def own_database(pg_database: str) -> Iterator[str]:
 
 
 def test_bench_platform_measures_one_refund_task(own_database: str, redis_url: str) -> None:
-    env = {
-        **os.environ,
-        "AGENT_JOBS_DATABASE_URL": own_database,
-        "AGENT_JOBS_BROKER_URL": redis_url,
-        "AGENT_JOBS_QUEUE_PREFIX": f"platform{uuid.uuid4().hex[:6]}",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "agent_jobs.cli", "bench", "platform", "--tasks", "1",
-         "--workers", "1", "--warmup", "0", "--json"],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
+    result = run_bench(
+        "platform", "--tasks", "1", "--workers", "1", "--warmup", "0",
+        database_url=own_database, broker_url=redis_url, prefix="platform", timeout_s=120,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
     assert result["tasks"] == 1
     assert result["completed"] == 1, result["not_completed"]
     assert result["not_completed"] == []

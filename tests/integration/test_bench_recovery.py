@@ -4,13 +4,9 @@ speed."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import uuid
-
 import pytest
+
+from tests.support.bench import run_bench
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -18,19 +14,10 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 def test_bench_recovery_prints_both_modes_and_loses_nothing(
     pg_database: str, redis_url: str
 ) -> None:
-    env = {
-        **os.environ,
-        "AGENT_JOBS_DATABASE_URL": pg_database,
-        "AGENT_JOBS_BROKER_URL": redis_url,
-        "AGENT_JOBS_QUEUE_PREFIX": f"recov{uuid.uuid4().hex[:6]}",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "agent_jobs.cli", "bench", "recovery", "--tasks", "4",
-         "--kills", "1", "--rounds", "1", "--json"],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
+    result = run_bench(
+        "recovery", "--tasks", "4", "--kills", "1", "--rounds", "1",
+        database_url=pg_database, broker_url=redis_url, prefix="recov",
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
     for key in ("recovery_memory_s", "recovery_broker_s", "recovery_memory_max_s",
                 "recovery_broker_max_s", "ratio"):  # fmt: skip
         assert key in result, key

@@ -25,7 +25,7 @@ from tests.browser.scenes import (
     sim_server,
     world_with,
 )
-from tests.integration.api_env import ShimRuntime, api_settings, auth, token
+from tests.integration.api_env import api_settings, auth, harness_app, token
 
 TENANT = "acme"
 
@@ -34,14 +34,10 @@ TENANT = "acme"
 def console(store: Any) -> Iterator[tuple[Any, Any, Any]]:
     from fastapi.testclient import TestClient
 
-    from agent_jobs.api.app import create_app
-    from agent_jobs.testing import Harness
-
     cfg = api_settings()
     with sim_server(world_with(worlds.incident_8472, injected_world)) as sim:
         reg = refund_registry(sim.base_url)
-        harness = Harness(store, reg, cfg)
-        app = create_app(ShimRuntime(cfg, store, harness.orchestrator, reg), cfg)
+        harness, app = harness_app(store, reg, cfg)
         yield TestClient(app), harness, (cfg, sim)
 
 

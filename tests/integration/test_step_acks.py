@@ -24,13 +24,19 @@ def queue() -> Queue:
 
 
 @pytest.fixture
-def conn(redis_url: str, queue: Queue) -> Iterator[Connection]:
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    """A plain client on the test Redis, to look at what kombu left there."""
+    c = redis.Redis.from_url(redis_url)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def conn(redis_url: str, queue: Queue, client: redis.Redis) -> Iterator[Connection]:
     install_step_acks()
     with Connection(redis_url) as c:
         yield c
-    client = redis.Redis.from_url(redis_url)
     client.delete(queue.name)
-    client.close()
 
 
 def _publish(conn: Connection, queue: Queue, task: str) -> None:
@@ -41,107 +47,83 @@ def _publish(conn: Connection, queue: Queue, task: str) -> None:
         )  # fmt: skip
 
 
-def _receive(conn: Connection, queue: Queue, *, prefetch: int = 1) -> tuple[Any, list[Any]]:
+def _delivered(conn: Connection, queue: Queue, task: str) -> tuple[Any, Any]:
+    """Publish one message of `task` and receive it (prefetch 1, not acked): the consuming
+    channel and the message."""
+    _publish(conn, queue, task)
     channel = conn.channel()
     got: list[Any] = []
     consumer = Consumer(channel, [queue], callbacks=[lambda body, msg: got.append(msg)])
-    consumer.qos(prefetch_count=prefetch)
+    consumer.qos(prefetch_count=1)
     consumer.consume()
-    return channel, got
-
-
-def _drain(conn: Connection, got: list[Any], want: int) -> None:
     for _ in range(50):
-        if len(got) >= want:
-            return
+        if got:
+            break
         with contextlib.suppress(TimeoutError):
             conn.drain_events(timeout=0.1)
-    assert len(got) >= want, f"received {len(got)} of {want}"
+    assert got, "received nothing"
+    return channel, got[0]
 
 
-def _unacked(redis_url: str, tag: str) -> bool:
-    client = redis.Redis.from_url(redis_url)
-    try:
-        return bool(client.hexists("unacked", tag))
-    finally:
-        client.close()
+def _unacked(client: redis.Redis, tag: str) -> bool:
+    return bool(client.hexists("unacked", tag))
 
 
-def _length(redis_url: str, queue: Queue) -> int:
-    client = redis.Redis.from_url(redis_url)
-    try:
-        return int(client.llen(queue.name))
-    finally:
-        client.close()
+def _assert_kombus_bookkeeping(client: redis.Redis, message: Any) -> None:
+    """In kombu's unacked hash while unacknowledged, gone after the ack."""
+    tag = message.delivery_tag
+    assert _unacked(client, tag)
+    message.ack()
+    assert not _unacked(client, tag)
 
 
 def test_a_step_message_leaves_no_unacked_record_in_redis(
-    conn: Connection, queue: Queue, redis_url: str
+    conn: Connection, queue: Queue, client: redis.Redis
 ) -> None:
-    _publish(conn, queue, STEP_TASK)
-    channel, got = _receive(conn, queue)
-    _drain(conn, got, 1)
-    assert not _unacked(redis_url, got[0].delivery_tag)
+    channel, message = _delivered(conn, queue, STEP_TASK)
+    assert not _unacked(client, message.delivery_tag)
     # The prefetch limit still counts it: no second message while this one is not acked.
     assert not channel.qos.can_consume()
-    got[0].ack()
+    message.ack()
     assert channel.qos.can_consume()
-    assert _length(redis_url, queue) == 0
+    assert client.llen(queue.name) == 0
 
 
 def test_any_other_message_keeps_kombus_bookkeeping(
-    conn: Connection, queue: Queue, redis_url: str
+    conn: Connection, queue: Queue, client: redis.Redis
 ) -> None:
-    _publish(conn, queue, "agent_jobs.bench.chain_hop")
-    _channel, got = _receive(conn, queue)
-    _drain(conn, got, 1)
-    tag = got[0].delivery_tag
-    assert _unacked(redis_url, tag)
-    got[0].ack()
-    assert not _unacked(redis_url, tag)
+    _, message = _delivered(conn, queue, "agent_jobs.bench.chain_hop")
+    _assert_kombus_bookkeeping(client, message)
 
 
 def test_broker_mode_keeps_kombus_bookkeeping_for_steps(
-    conn: Connection, queue: Queue, redis_url: str, monkeypatch: pytest.MonkeyPatch
+    conn: Connection, queue: Queue, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(step_acks, "_memory_acks", lambda: False)  # AGENT_JOBS_STEP_ACKS=broker
-    _publish(conn, queue, STEP_TASK)
-    _channel, got = _receive(conn, queue)
-    _drain(conn, got, 1)
-    tag = got[0].delivery_tag
-    assert _unacked(redis_url, tag)
-    got[0].ack()
-    assert not _unacked(redis_url, tag)
+    _, message = _delivered(conn, queue, STEP_TASK)
+    _assert_kombus_bookkeeping(client, message)
 
 
 def test_a_warm_shutdown_puts_an_unacked_step_back(
-    conn: Connection, queue: Queue, redis_url: str
+    conn: Connection, queue: Queue, client: redis.Redis
 ) -> None:
-    _publish(conn, queue, STEP_TASK)
-    channel, got = _receive(conn, queue)
-    _drain(conn, got, 1)
-    assert _length(redis_url, queue) == 0
+    channel, _ = _delivered(conn, queue, STEP_TASK)
+    assert client.llen(queue.name) == 0
     channel.qos.restore_unacked_once()  # what kombu does when the channel closes
-    assert _length(redis_url, queue) == 1
-    body = redis.Redis.from_url(redis_url).lindex(queue.name, 0)
+    assert client.llen(queue.name) == 1
+    body = client.lindex(queue.name, 0)
     assert body is not None and b'"redelivered": true' in body
 
 
 def test_a_requeued_step_goes_back_to_its_queue_as_kombu_requeues(
-    conn: Connection, queue: Queue, redis_url: str
+    conn: Connection, queue: Queue, client: redis.Redis
 ) -> None:
-    _publish(conn, queue, STEP_TASK)
-    channel, got = _receive(conn, queue)
-    _drain(conn, got, 1)
+    channel, message = _delivered(conn, queue, STEP_TASK)
     _publish(conn, queue, "other.task")
-    got[0].reject(requeue=True)
-    client = redis.Redis.from_url(redis_url)
-    try:
-        # Where kombu's own requeue puts a message: behind what is waiting (kombu publishes with
-        # LPUSH and reads from the right).
-        assert client.llen(queue.name) == 2
-        last = client.lindex(queue.name, 0)
-    finally:
-        client.close()
+    message.reject(requeue=True)
+    # Where kombu's own requeue puts a message: behind what is waiting (kombu publishes with
+    # LPUSH and reads from the right).
+    assert client.llen(queue.name) == 2
+    last = client.lindex(queue.name, 0)
     assert last is not None and STEP_TASK.encode() in last
     assert channel.qos.can_consume()
