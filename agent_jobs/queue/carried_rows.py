@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import logging
 import threading
+import time
 from typing import Any
 
 from agent_jobs.store import Store, TaskRow
@@ -24,6 +25,7 @@ from agent_jobs.store.rows import task_from_json, task_to_json
 log = logging.getLogger(__name__)
 
 KEY_NAME = "step_rows"
+KEY_RETRY_S = 30.0
 
 
 class CarriedRows:
@@ -33,19 +35,23 @@ class CarriedRows:
         self.store = store
         self.max_bytes = max_bytes
         self._key: bytes | None = None
-        self._failed = False
+        self._retry_at = 0.0  # after a failed fetch, when to ask the database again
         self._lock = threading.Lock()
 
     def _signing_key(self) -> bytes | None:
-        if self._key is None and not self._failed:
+        if self._key is None and time.monotonic() >= self._retry_at:
             with self._lock:
-                if self._key is None and not self._failed:
+                if self._key is None and time.monotonic() >= self._retry_at:
                     try:
                         self._key = self.store.signing_key(KEY_NAME)
                     except Exception:
-                        # A database not migrated to 0010: every step reads its row, as before.
-                        self._failed = True
-                        log.warning("no signing key for carried rows; steps read their rows")
+                        # The database is down, or not migrated to 0010: meanwhile every step
+                        # reads its row, as before; asked again later, not at every step.
+                        self._retry_at = time.monotonic() + KEY_RETRY_S
+                        log.warning(
+                            "no signing key for carried rows; steps read their rows "
+                            "(retried in %.0f s)", KEY_RETRY_S, exc_info=True,
+                        )  # fmt: skip
         return self._key
 
     def _sign(self, key: bytes, text: str) -> str:

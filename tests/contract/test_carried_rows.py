@@ -120,3 +120,23 @@ def test_a_row_of_another_shape_is_refused(store: Store, tenant: str) -> None:
     assert carried is not None and rows.decode(carried, task_id) == odd
     report = harness.orchestrator.run_step(task_id, odd)  # the orchestrator reads instead
     assert report is not None and report.to_status is not None
+
+
+def test_a_key_the_database_could_not_give_is_asked_for_again_later(
+    store: Store, tenant: str, monkeypatch: Any
+) -> None:
+    from agent_jobs.queue import carried_rows
+
+    harness, _ = _noop(store, tenant)
+    harness.run_one()
+    row = harness.publisher.queue[0].row
+    assert row is not None
+    rows = CarriedRows(store, 8192)
+    real = store.signing_key
+    monkeypatch.setattr(store, "signing_key", lambda name: (_ for _ in ()).throw(OSError("down")))
+    assert rows.encode(row) is None  # the database is down: no row is carried
+    monkeypatch.setattr(store, "signing_key", real)
+    assert rows.encode(row) is None  # not asked again at once
+    now = carried_rows.time.monotonic()
+    monkeypatch.setattr(carried_rows.time, "monotonic", lambda: now + carried_rows.KEY_RETRY_S)
+    assert rows.encode(row) is not None  # asked again later: carried
