@@ -123,7 +123,7 @@ class Harness:
     def run_one(self) -> StepReport | None:
         dispatch = self.publisher.queue.popleft()
         # The row the dispatch carries, as a step message would (queue/carried_rows.py).
-        report = self.orchestrator.run_step(dispatch.task_id, dispatch.row)
+        report = self.orchestrator.run_step(dispatch.task_id, dispatch.row, claim=dispatch.claim)
         if report is not None:
             self.reports.append(report)
         return report

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_jobs.bench.common import Phase, median, progress, require_services
-from agent_jobs.bench.procs import PRODUCTION_APP
+from agent_jobs.bench.procs import PRODUCTION_APP, workers_cpu
 from agent_jobs.core.states import TERMINAL, Status
 from agent_jobs.obs.platform_time import PARKED, SEED_COMMIT_BUDGET_MS, platform_time
 
@@ -88,7 +88,9 @@ def run(
                 _drive(phase.rt, orders[:warmup], False, deadline, show=False)
             mode = "all at once" if concurrent else "one at a time"
             _say(show, f"measuring {tasks} refund task(s), submitted {mode}")
+            cpu0 = workers_cpu(phase.procs)
             ids = _drive(phase.rt, orders[warmup:], concurrent, deadline, show=show)
+            cpu_ms = (workers_cpu(phase.procs) - cpu0) * 1000 / tasks
             measured = [_measure(phase.rt.store, task_id) for task_id in ids]
         refunds = len(sim.admin.dump()["refunds"])
     return _summary(
@@ -98,6 +100,7 @@ def run(
         concurrent=concurrent,
         warmup=warmup,
         refunds=refunds,
+        worker_cpu_ms=cpu_ms,
     )
 
 
@@ -336,6 +339,7 @@ def _summary(
     concurrent: bool,
     warmup: int,
     refunds: int,
+    worker_cpu_ms: float,
 ) -> dict[str, Any]:
     completed = [m for m in measured if m["status"] == Status.COMPLETED.value]
     # Medians over the tasks that completed (a stopped task ran a shorter path); all if none did.
@@ -359,6 +363,9 @@ def _summary(
         "seed_budget_ms": SEED_COMMIT_BUDGET_MS,
         "target_ms": TARGET_MS,
         "ratio_to_budget": round(med["platform_ms"] / SEED_COMMIT_BUDGET_MS, 3),
+        # The worker processes' CPU (user + system) over the measured tasks, per task: the
+        # hooks' work (prompts, the tools' HTTP) included, Postgres and Redis not.
+        "worker_cpu_ms_per_task": round(worker_cpu_ms, 1),
         "breakdown": breakdown(basis),
         "breakdown_per_task_ms": round(gap_total / max(len(basis), 1), 1),
         "commits_counted": "transactions that wrote the task's events (distinct xmin of its "
@@ -400,6 +407,8 @@ def render(r: dict[str, Any]) -> str:
         f"  platform time (median): {med['platform_ms']:,.1f} ms; the seed budgets "
         f"{r['seed_budget_ms']:.0f} ms of checkpoint commits: ratio {r['ratio_to_budget']:.2f}; "
         f"target {r['target_ms']:.0f} ms ({verdict})",
+        f"  worker CPU per task: {r['worker_cpu_ms_per_task']:,.1f} ms (user + system of the "
+        "worker processes over the measured tasks; model and tool hooks included)",
         f"  commits per task: {r['commits_counted']}",
         "",
         f"  where it goes (top {len(r['breakdown'])} event pairs, gap less model and tool time; "

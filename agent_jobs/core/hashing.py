@@ -29,9 +29,27 @@ def _check(value: Any, path: str) -> None:
             _check(v, f"{path}[{i}]")
 
 
+def _plain(value: Any) -> bool:
+    """True when `value` is plainly canonical: built of exact dicts with str keys, lists,
+    tuples, str, int, bool, None and finite floats. The common case, checked without building
+    a path for every node; anything else (NaN, a non-str key, a subclass) goes to `_check`,
+    which decides and names the path."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(type(k) is str and _plain(v) for k, v in value.items())
+    if kind is list or kind is tuple:
+        return all(_plain(v) for v in value)
+    return False
+
+
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, UTF-8 text, finite numbers only (RFC 8785 in spirit)."""
-    _check(value, "$")
+    if not _plain(value):
+        _check(value, "$")
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 from agent_jobs.core.hashing import canonical_json
+from agent_jobs.core.memo import SameObjectMemo
 
 
 def _variant(kind: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -125,10 +126,16 @@ _cache_lock = threading.Lock()
 
 
 def validator_for(schema: Mapping[str, Any]) -> Any:
-    """A compiled validator for `schema`, cached by its canonical JSON (schemas are small and few).
+    """A compiled validator for `schema`, cached by its canonical JSON (schemas are small and few),
+    and, in front of that, by the schema object itself (`SameObjectMemo`): every model call asks
+    for the route's schema and each tool's, the same objects each time.
 
     Raises `jsonschema.SchemaError` when the schema itself is not valid JSON Schema.
     """
+    return _validator_by_object(schema)
+
+
+def _validator_by_canonical_json(schema: Mapping[str, Any]) -> Any:
     key = canonical_json(dict(schema))
     with _cache_lock:
         hit = _cache.get(key)
@@ -143,6 +150,9 @@ def validator_for(schema: Mapping[str, Any]) -> Any:
             _cache.clear()
         _cache[key] = compiled
     return compiled
+
+
+_validator_by_object = SameObjectMemo(_validator_by_canonical_json)
 
 
 def validation_errors(schema: Mapping[str, Any], instance: Any, *, limit: int = 5) -> list[str]:

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agent_jobs.core.hashing import canonical_json
+from agent_jobs.core.memo import SameObjectMemo
 from agent_jobs.gateway.contracts import Message, ToolSpec
 
 CHARS_PER_TOKEN = 4
@@ -37,7 +38,13 @@ def estimate_input_tokens(
 ) -> int:
     """The documented estimate of what a request will cost in input tokens."""
     total = sum(estimate_text_tokens(m.content) + PER_MESSAGE_TOKENS for m in messages)
-    total += sum(estimate_text_tokens(canonical_json(t.model_dump())) for t in tools)
+    total += sum(_tool_tokens(t) for t in tools)
     if output_schema:
-        total += estimate_text_tokens(canonical_json(dict(output_schema)))
+        total += _schema_tokens(output_schema)
     return total
+
+
+# The same tool specs and output schema come with every call: remembered per object (see
+# core/memo.py); a frozen `ToolSpec` compares equal while its parameters are unchanged.
+_tool_tokens = SameObjectMemo(lambda t: estimate_text_tokens(canonical_json(t.model_dump())))
+_schema_tokens = SameObjectMemo(lambda s: estimate_text_tokens(canonical_json(dict(s))))

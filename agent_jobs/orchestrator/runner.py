@@ -198,7 +198,9 @@ class Orchestrator:
 
     # -- the step ---------------------------------------------------------------------------
 
-    def run_step(self, task_id: str, row: TaskRow | None = None) -> StepReport | None:
+    def run_step(
+        self, task_id: str, row: TaskRow | None = None, *, claim: bool = False
+    ) -> StepReport | None:
         """Advance `task_id` by one step if this worker can claim it; None if it could not.
 
         The claimable row is read first. A step that does no I/O (the workflow says so through
@@ -213,10 +215,16 @@ class Orchestrator:
         queue layer). It stands in for the read: the compare-and-set pins version, epoch and
         owner as that row had them and that the gate holds nothing, so it commits only on the
         very row it was computed from; if anything moved since, the step starts over from a read.
+
+        `claim`: the previous step's commit expected this one to need a lease (`Dispatch.claim`),
+        so it is claimed at once, the claim returning the row: one round trip where the read
+        and then the claim take two. Should the step turn out quick after all, it runs under the
+        lease, which costs one write more than a quick step and is as correct.
         """
         started = time.monotonic()
         self._local.hooks = _HookClock()
-        report = self._run(task_id, started, row if startable(row, task_id) else None)
+        carried = row if startable(row, task_id) else None
+        report = self._run(task_id, started, carried, claim=claim and carried is None)
         if report is None:
             return None
         # The end of a claimed step, however it ended: give back the gate slot, charging the
@@ -230,28 +238,20 @@ class Orchestrator:
             self.observer.task_ended(task_id)  # committed, quick or leased: e.g. its trace
         return report
 
-    def _run(self, task_id: str, started: float, row: TaskRow | None) -> StepReport | None:
+    def _run(
+        self, task_id: str, started: float, row: TaskRow | None, *, claim: bool
+    ) -> StepReport | None:
         owner = self.settings.lease_owner()
         lease: Lease | None = None
         try:
             # The read, and either the quick step's compare-and-set or the claim: on Postgres
             # two statements, two round trips, no transaction around them (`Store.step_conn`);
-            # one, when the message carried the row.
+            # one, when the message carried the row or said to claim at once.
             with self.store.step_conn() as conn:
-                if row is not None:
-                    workflow = self._workflow(row)
-                    if workflow is not None and self._quick(row, workflow):
-                        done = self._quick_step(conn, row, workflow, owner, started, carried=True)
-                        if done is not None:
-                            return done
-                    # Not quick after all, or the row moved on: start over from a read.
-                task = self.store.peek_claimable(conn, task_id)
-                if task is None:
-                    return None  # owned elsewhere, parked, or terminal: a duplicate is harmless
-                workflow = self._workflow(task)
-                if workflow is not None and self._quick(task, workflow):
-                    return self._quick_step(conn, task, workflow, owner, started)
-                lease = self.store.claim_read(conn, task, owner, self.settings.lease_ttl_s)
+                begun = self._begin(conn, task_id, owner, started, row, claim=claim)
+            if not isinstance(begun, Lease):
+                return begun  # a quick step's report, or None: nothing for this worker to do
+            lease = begun
         except Deferred as exc:
             # A quick step wanting a shared resource: rolled back, nothing written; hold it.
             self.store.hold(task_id, exc.hold_for)
@@ -275,6 +275,37 @@ class Orchestrator:
         if lease is None:
             return None  # another worker claimed it first
         return self._leased_step(lease, started)
+
+    def _begin(
+        self,
+        conn: Any,
+        task_id: str,
+        owner: str,
+        started: float,
+        row: TaskRow | None,
+        *,
+        claim: bool,
+    ) -> StepReport | Lease | None:
+        """On the step's connection: run the step at once if it is quick (its report), or take
+        its lease (the leased step then runs off this connection); None if it is not ours to
+        run (owned elsewhere, parked, or terminal: a duplicate delivery is harmless)."""
+        ttl = self.settings.lease_ttl_s
+        if claim:
+            return self.store.claim_in(conn, task_id, owner, ttl)
+        if row is not None:
+            workflow = self._workflow(row)
+            if workflow is not None and self._quick(row, workflow):
+                done = self._quick_step(conn, row, workflow, owner, started, carried=True)
+                if done is not None:
+                    return done
+            # Not quick after all, or the row moved on: start over from a read.
+        task = self.store.peek_claimable(conn, task_id)
+        if task is None:
+            return None
+        workflow = self._workflow(task)
+        if workflow is not None and self._quick(task, workflow):
+            return self._quick_step(conn, task, workflow, owner, started)
+        return self.store.claim_read(conn, task, owner, ttl)
 
     def _workflow(self, task: TaskRow) -> Workflow | None:
         return self.workflows.get(task.workflow) if task.workflow in self.workflows else None
@@ -316,8 +347,11 @@ class Orchestrator:
                 new, dispatch = self.store.commit_quick(
                     conn, task, patch, actor=owner, unheld=carried
                 )
-                if dispatch is not None and startable(new, task.id) and self._quick(new, workflow):
-                    dispatch = dispatch._replace(row=new)  # the next step needs no read
+                if dispatch is not None and startable(new, task.id):
+                    if self._quick(new, workflow):
+                        dispatch = dispatch._replace(row=new)  # the next step needs no read
+                    else:
+                        dispatch = dispatch._replace(claim=True)  # nor a read before its claim
             else:
                 dispatch = self.store.commit_read(conn, task, patch, actor=owner)
         except StaleTransition:
@@ -490,6 +524,8 @@ class Orchestrator:
             )
         del s.pending[: len(events)]
         self.observer.transition(s.lease.task.workflow, frm.value, patch.to.value)
+        if dispatch is not None and self._leased_next(s.lease.task, patch):
+            dispatch = dispatch._replace(claim=True)
         return StepReport(
             s.lease.task_id,
             frm,
@@ -497,6 +533,23 @@ class Orchestrator:
             tenant_id=s.lease.task.tenant_id,
             dispatch=dispatch,
         )
+
+    def _leased_next(self, task: TaskRow, patch: Patch) -> bool:
+        """Whether the step a commit of `patch` to `task` dispatches will need a lease: judged
+        on the row as that commit leaves it (status and state; no lease, no timer), which is
+        all `quick` looks at. Only a hint for the next step's message (`Dispatch.claim`)."""
+        workflow = self._workflow(task)
+        if workflow is None:
+            return False
+        after = replace(
+            task,
+            status=patch.to,
+            state=task.state if patch.state is None else patch.state,
+            lease_owner=None,
+            lease_expires_at=None,
+            next_attempt_at=None,
+        )
+        return not self._quick(after, workflow)
 
     def _commit_keep(self, s: Session, patch: Patch) -> Lease:
         frm = s.lease.task.status

@@ -664,8 +664,8 @@ class Steps:
             )
         approval_id = rt.get("approval_id")
         if approval_id:
-            approval = self.store.approval(approval_id)
-            if approval.expires_at <= self.store.db_now():
+            approval, now = self.store.approval_at_now(approval_id)
+            if approval.expires_at <= now:
                 # Approval covers the intent, not the number of attempts, but not past expiry.
                 rt["approval_id"] = None
                 note(rt, "approval_expired_before_retry", approval_id=approval_id)
@@ -709,11 +709,10 @@ class Steps:
 
     def approval_wait(self, s: Session) -> Patch | None:
         rt = s.runtime()
-        approval = self.store.approval(rt["approval_id"])
+        approval, now = self.store.approval_at_now(rt["approval_id"])
         if s.task.cancel_requested:
             return self.cancelled(s)
         action = Action.model_validate(rt["pending_action"])
-        now = self.store.db_now()
         if approval.status == "pending" and approval.expires_at > now:
             return None  # woken early (a duplicate message): nothing was decided yet
         if approval.status == "granted":

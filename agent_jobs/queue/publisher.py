@@ -79,9 +79,11 @@ class CeleryPublisher:
             if not self.shared and self.directory.touch(dispatch.tenant_id):
                 # New tenant: tell running workers now rather than at their next directory read.
                 self.app.control.add_consumer(queue, reply=False)
-            carried = None
+            carried: dict[str, Any] | None = None
             if dispatch.row is not None and self.rows is not None:
                 carried = self.rows.encode(dispatch.row)
+            elif dispatch.claim:
+                carried = {"claim": 1}  # a hint, unsigned: a claim is safe whoever asks for it
             self._send_step(dispatch.task_id, queue, carried)
         except Exception:
             # A producer that failed may hold a dead connection: the next publish makes another.
@@ -91,7 +93,7 @@ class CeleryPublisher:
                 "publishing a step for %s failed; the sweeper will retry", dispatch.task_id
             )
 
-    def _send_step(self, task_id: str, queue: str, carried: dict[str, str] | None = None) -> None:
+    def _send_step(self, task_id: str, queue: str, carried: dict[str, Any] | None = None) -> None:
         amqp = self.app.amqp
         message = amqp.create_task_message(
             uuid(),

@@ -16,12 +16,14 @@ log = logging.getLogger(__name__)
 @app.task(name=STEP_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def step(task_id: str, carried: Any = None) -> None:
     """Claim the task, run the step for its status, commit, publish the next step. `carried`:
-    the row the previous step's commit left, signed (queue/carried_rows.py), if it came along."""
+    what the previous step's commit passed along, if anything: the row it left, signed
+    (queue/carried_rows.py), or `{"claim": 1}`, the hint that this step needs a lease."""
     runtime = get_runtime()
     row = None
-    if carried is not None and runtime.publisher.rows is not None:
+    claim = isinstance(carried, dict) and carried.get("claim") == 1
+    if carried is not None and not claim and runtime.publisher.rows is not None:
         row = runtime.publisher.rows.decode(carried, task_id)
-    runtime.orchestrator.run_step(task_id, row)
+    runtime.orchestrator.run_step(task_id, row, claim=claim)
 
 
 def _sweep(kind: str) -> int:

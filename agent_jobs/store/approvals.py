@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import and_, select, update
 
@@ -29,11 +30,23 @@ class ApprovalStore(StoreBase):
         cond = approvals.c.id == approval_id
         if tenant_id is not None:
             cond = cond & (approvals.c.tenant_id == tenant_id)
-        with self.engine.connect() as conn:
+        with self.autocommit() as conn:
             row = conn.execute(select(approvals).where(cond)).first()
         if row is None:
             raise RecordNotFound(f"approval {approval_id} not found")
         return approval_from_row(row)
+
+    def approval_at_now(self, approval_id: str) -> tuple[ApprovalView, datetime]:
+        """The approval and the database's clock, read together (one round trip): what a step
+        needs to judge whether a grant is still within its time."""
+        q = select(approvals, db_now().label("aj_db_now")).where(approvals.c.id == approval_id)
+        with self.autocommit() as conn:
+            row = conn.execute(q).first()
+        if row is None:
+            raise RecordNotFound(f"approval {approval_id} not found")
+        now = row._mapping["aj_db_now"]
+        assert isinstance(now, datetime)
+        return approval_from_row(row), now
 
     def list_approvals(
         self,
@@ -117,5 +130,6 @@ class ApprovalStore(StoreBase):
                 f"approval_{status}",
                 {"approval_id": approval_id, "approver": approver, "note": cut(note, 200)},
             )
-        dispatch = Dispatch(woke[0], woke[1]) if woke is not None else None
+        # APPROVAL_WAIT's step always runs under a lease: its message says to claim at once.
+        dispatch = Dispatch(woke[0], woke[1], claim=True) if woke is not None else None
         return DecisionResult(view, dispatch)

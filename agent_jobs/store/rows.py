@@ -166,11 +166,14 @@ class PendingEvent:
 class Dispatch(NamedTuple):
     """A step message to publish once the transaction that recorded it has committed. `row`:
     the task as that commit left it, when the next step can start from it without a read (a
-    quick step after a quick step; see `Orchestrator.run_step`)."""
+    quick step after a quick step; see `Orchestrator.run_step`). `claim`: the next step is
+    expected to need a lease, so it claims at once (the claim returns the row) instead of
+    reading first; a hint only — a step that turns out quick runs under the lease."""
 
     task_id: str
     tenant_id: str
     row: TaskRow | None = None
+    claim: bool = False
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from time import monotonic
 from typing import Any
 
 from sqlalchemy import (
@@ -136,13 +137,6 @@ _CLAIM_READ_PREPARED = prepared.from_clause(
 # Errors that mean "the database cannot be reached or cannot serve now" (connection refused or
 # lost, pool exhausted, lock timeouts): callers answer "try again" (503, a retry), not a bug.
 UNAVAILABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError, PoolTimeout)
-
-
-def _pending_under(conn: Connection, lease: Lease, events: Sequence[PendingEvent]) -> None:
-    """A step's held events, written under its lease: `StaleTransition` if the row moved."""
-    guard = (lease.task.version, lease.epoch, lease.owner)
-    if not append_pending(conn, lease.task_id, events, guard=guard):
-        raise StaleTransition(lease.task_id, lease.version, lease.epoch)
 
 
 @dataclass(frozen=True)
@@ -336,23 +330,8 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         compare-and-set fences whatever happened between them, so a transaction around them
         would only add two round trips (BEGIN, COMMIT) to every step. On SQLite it is one
         transaction, as before (the write lock taken at BEGIN orders the embedded workers)."""
-        if self.dialect != "postgresql":
-            with self.tx() as conn:
-                yield conn
-            return
-        with self.engine.connect() as conn:
-            # The driver's own switch, not SQLAlchemy's `isolation_level="AUTOCOMMIT"`: that
-            # one is undone on the connection's return to the pool with a `SET` sent to the
-            # server, a round trip per step. psycopg2's flag is client-side: it changes nothing
-            # on the server, and with it set `rollback()` (SQLAlchemy's reset) sends nothing.
-            dbapi = conn.connection.dbapi_connection
-            dbapi.autocommit = True  # type: ignore[union-attr]
-            try:
-                yield conn
-            finally:
-                if conn.in_transaction():
-                    conn.rollback()  # SQLAlchemy's bookkeeping only: nothing is open
-                dbapi.autocommit = False  # type: ignore[union-attr]
+        with self.autocommit() as conn:
+            yield conn
 
     @contextmanager
     def _quick_commit_conn(self, conn: Connection, patch: Patch) -> Iterator[Connection]:
@@ -419,7 +398,6 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         """Apply one transition under `lease` (invariant 1), with the events the step recorded
         before it (`events`, written first, in the same transaction). See `writes.apply_patch`."""
         with self.tx() as conn:
-            _pending_under(conn, lease, events)
             task, dispatch = apply_patch(
                 conn,
                 lease.task,
@@ -427,6 +405,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
                 epoch=lease.epoch,
                 patch=patch,
                 lease_ttl_s=lease_ttl_s,
+                events=events,
             )
         new_lease = None
         if patch.keep_lease:
@@ -440,17 +419,20 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         self, lease: Lease, patch: Patch, *, events: Sequence[PendingEvent] = ()
     ) -> Dispatch | None:
         """`commit` for a step that gives its lease back and needs no new row, only the
-        dispatch to publish. On Postgres a patch that writes the row and its event alone, with
-        no held events, is one statement on an autocommit connection (atomic by itself: no
-        BEGIN, no COMMIT round trip); anything more gets its transaction."""
+        dispatch to publish. On Postgres a patch that writes the row and its events alone (the
+        held ones and the transition's) is one statement on an autocommit connection (atomic by
+        itself: no BEGIN, no COMMIT round trip); anything more gets its transaction."""
         assert not patch.keep_lease, "a kept lease needs the new row: use commit()"
-        owner, epoch = lease.owner, lease.epoch
-        if self.dialect == "postgresql" and not events and single_statement(patch):
+        owner, epoch, task = lease.owner, lease.epoch, lease.task
+        if self.dialect == "postgresql" and single_statement(patch):
             with self.step_conn() as conn:
-                return apply_patch_lean(conn, lease.task, owner=owner, epoch=epoch, patch=patch)
+                return apply_patch_lean(
+                    conn, task, owner=owner, epoch=epoch, patch=patch, events=events
+                )
         with self.tx() as conn:
-            _pending_under(conn, lease, events)
-            return apply_patch_lean(conn, lease.task, owner=owner, epoch=epoch, patch=patch)
+            return apply_patch_lean(
+                conn, task, owner=owner, epoch=epoch, patch=patch, events=events
+            )
 
     def release(self, lease: Lease) -> bool:
         """Give the lease back without a transition (the step could not run)."""
@@ -466,9 +448,16 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         with self.tx() as conn:
             return conn.execute(stmt).rowcount == 1
 
-    def append_event(self, task_id: str, type_: str, data: dict[str, Any]) -> int:
+    def append_event(self, task_id: str, type_: str, data: dict[str, Any]) -> None:
+        """One event that changes no status, written now (an audit record that must outlive
+        this worker, a late result): on Postgres one statement on an autocommit connection."""
+        if self.dialect == "postgresql":
+            with self.autocommit() as conn:
+                if not append_pending(conn, task_id, [PendingEvent(type_, data, monotonic())]):
+                    raise LookupError(task_id)
+            return
         with self.tx() as conn:
-            return append_event(conn, task_id, type_, data)
+            append_event(conn, task_id, type_, data)
 
     def append_events(self, task_id: str, events: Sequence[PendingEvent]) -> None:
         """Held events of a step that ends without a commit of its own, in one transaction."""

@@ -39,12 +39,15 @@ def apply_patch(
     lease_ttl_s: float,
     actor: str | None = None,
     unheld: bool = False,
+    events: Sequence[PendingEvent] = (),
 ) -> tuple[TaskRow, Dispatch | None]:
     """Apply `patch` to `task` if nobody moved it since (version, epoch and owner unchanged;
-    with `unheld`, and the gate does not hold it)."""
+    with `unheld`, and the gate does not hold it). `events`: what the step recorded before its
+    transition (`PendingEvent`), written first, and only if the compare-and-set matches."""
     new, dispatch = _apply(
-        conn, task, owner, epoch, patch, lease_ttl_s, actor, lean=False, unheld=unheld
-    )
+        conn, task, owner, epoch, patch, lease_ttl_s, actor, lean=False, unheld=unheld,
+        events=events,
+    )  # fmt: skip
     assert new is not None
     return new, dispatch
 
@@ -57,9 +60,10 @@ def apply_patch_lean(
     epoch: int,
     patch: Patch,
     actor: str | None = None,
+    events: Sequence[PendingEvent] = (),
 ) -> Dispatch | None:
     """`apply_patch` for a caller that needs no new row back, only the dispatch to publish."""
-    return _apply(conn, task, owner, epoch, patch, 0.0, actor, lean=True)[1]
+    return _apply(conn, task, owner, epoch, patch, 0.0, actor, lean=True, events=events)[1]
 
 
 def single_statement(patch: Patch) -> bool:
@@ -84,6 +88,7 @@ def _apply(  # noqa: PLR0917 - the two public functions above name every argumen
     *,
     lean: bool,
     unheld: bool = False,
+    events: Sequence[PendingEvent] = (),
 ) -> tuple[TaskRow | None, Dispatch | None]:
     """The one write path.
 
@@ -108,6 +113,7 @@ def _apply(  # noqa: PLR0917 - the two public functions above name every argumen
         dispatch=dispatch,
         data=data,
         unheld=unheld,
+        events=events,
     )
     if row is None:
         raise StaleTransition(task.id, task.version, epoch)
@@ -128,14 +134,17 @@ def _apply(  # noqa: PLR0917 - the two public functions above name every argumen
     return new, (Dispatch(task.id, task.tenant_id) if dispatch else None)
 
 
-# Postgres: the guarded UPDATE and the event INSERT in one statement, one round trip. The INSERT
-# reads the UPDATE's RETURNING, so when the CAS matches no row no event is written either.
+# Postgres: the guarded UPDATE and the event INSERTs in one statement, one round trip. The
+# INSERT reads the UPDATE's RETURNING, so when the CAS matches no row no event is written either.
+# `:held` is the step's held events (a JSON array, `held_events`, `[]` for none), numbered
+# before the transition's own event and dated `ago` seconds before the database's clock: a
+# leased step's whole commit, what its hooks recorded and its transition, is this one statement.
 _PG_CAS_TEMPLATE = """
 WITH u AS (
   UPDATE tasks SET
     status = :to_status,
     version = version + 1,
-    event_seq = event_seq + 1,
+    event_seq = event_seq + 1 + :k,
     updated_at = now(),
     next_attempt_at = CASE WHEN CAST(:wake AS double precision) IS NULL THEN NULL
         ELSE now() + make_interval(secs => CAST(:wake AS double precision)) END,
@@ -153,6 +162,11 @@ WITH u AS (
   RETURNING {returning}
 ), e AS (
   INSERT INTO task_events (task_id, seq, type, from_status, to_status, data, trace_id, at)
+  SELECT u.id, u.event_seq - 1 - :k + x.n, x.type, :from_status, NULL, x.data, u.trace_id,
+         now() - make_interval(secs => x.ago)
+  FROM u, jsonb_to_recordset(CAST(:held AS jsonb))
+    AS x(n integer, type varchar, data jsonb, ago double precision)
+  UNION ALL
   SELECT id, event_seq, :event, :from_status, :to_status, CAST(:data AS jsonb), trace_id, now()
   FROM u
 )
@@ -195,6 +209,8 @@ _CAS_TYPES = {
     "event": "varchar",
     "from_status": "varchar",
     "data": "jsonb",
+    "k": "integer",
+    "held": "jsonb",
 }
 _PG_CAS_PREPARED = prepared.from_text("aj_cas", _PG_CAS_SQL, _CAS_TYPES, tuple(tasks.c))
 _PG_CAS_LEAN_PREPARED = prepared.from_text(
@@ -221,6 +237,7 @@ def _cas_postgres(
     data: dict[str, Any],
     lean: bool = False,
     unheld: bool = False,
+    events: Sequence[PendingEvent] = (),
 ) -> Row[Any] | None:
     if unheld:
         chosen, plain = _PG_CAS_UNHELD_PREPARED, _PG_CAS_UNHELD
@@ -249,6 +266,8 @@ def _cas_postgres(
             "event": patch.event,
             "from_status": task.status.value,
             "data": _json(data),
+            "k": len(events),
+            "held": held_events(events),
         },
     ).first()
 
@@ -265,8 +284,12 @@ def _cas_generic(
     data: dict[str, Any],
     lean: bool = False,
     unheld: bool = False,
+    events: Sequence[PendingEvent] = (),
 ) -> Row[Any] | None:
-    """The same compare-and-set as two statements (SQLite has no data-modifying CTEs)."""
+    """The same compare-and-set as statements of their own (SQLite has no data-modifying
+    CTEs): the held events under the same guard, the UPDATE, the transition's event."""
+    if not append_pending(conn, task.id, events, guard=(task.version, epoch, owner)):
+        return None
     values: dict[str, Any] = {
         "status": patch.to.value,
         "version": tasks.c.version + 1,
@@ -450,12 +473,11 @@ def append_event(
 
 
 # Several events in one statement: the sequence numbers reserved on the row, the rows inserted
-# from a JSON array, each dated `ago` seconds before the database's clock. Guarded like the CAS
-# when a lease is given, so a step that lost its task writes nothing through it.
-_PG_EVENTS_TEMPLATE = """
+# from a JSON array (`held_events`), each dated `ago` seconds before the database's clock.
+_PG_EVENTS = text("""
 WITH u AS (
   UPDATE tasks SET event_seq = event_seq + :k
-  WHERE id = :id{guard}
+  WHERE id = :id
   RETURNING event_seq, trace_id, status
 )
 INSERT INTO task_events (task_id, seq, type, from_status, to_status, data, trace_id, at)
@@ -463,14 +485,19 @@ SELECT :id, u.event_seq - :k + x.n, x.type, u.status, NULL, x.data, u.trace_id,
        now() - make_interval(secs => x.ago)
 FROM u, jsonb_to_recordset(CAST(:events AS jsonb))
   AS x(n integer, type varchar, data jsonb, ago double precision)
-"""
-_PG_EVENTS = text(_PG_EVENTS_TEMPLATE.format(guard=""))
-_PG_EVENTS_GUARDED = text(
-    _PG_EVENTS_TEMPLATE.format(
-        guard=" AND version = :version AND lease_epoch = :epoch"
-        " AND lease_owner IS NOT DISTINCT FROM CAST(:owner AS varchar)"
+""")
+
+
+def held_events(events: Sequence[PendingEvent]) -> str:
+    """`events` as the JSON array the Postgres statements read (`jsonb_to_recordset`): each
+    one's place (1..n), type, data, and how many seconds ago it happened."""
+    now = time.monotonic()
+    return to_json(
+        [
+            {"n": i, "type": e.type, "data": e.data, "ago": max(0.0, now - e.at)}
+            for i, e in enumerate(events, start=1)
+        ]
     )
-)
 
 
 def append_pending(
@@ -481,22 +508,16 @@ def append_pending(
     guard: tuple[int, int, str | None] | None = None,
 ) -> bool:
     """Write a step's held events, in order, before its transition (they happened first).
-    `guard` = (version, epoch, owner): only while the row is still as the step claimed it.
-    False when the guard matched nothing (the caller's commit will find it stale too)."""
+    `guard` = (version, epoch, owner), on SQLite only (on Postgres a guarded step's events ride
+    in its compare-and-set, `_cas_postgres`): only while the row is still as the step claimed
+    it. False when the guard matched nothing (the caller's commit will find it stale too)."""
     if not events:
         return True
-    now = time.monotonic()
     if conn.dialect.name == "postgresql":
-        rows = [
-            {"n": i, "type": e.type, "data": e.data, "ago": max(0.0, now - e.at)}
-            for i, e in enumerate(events, start=1)
-        ]
-        params: dict[str, Any] = {"id": task_id, "k": len(rows), "events": to_json(rows)}
-        stmt = _PG_EVENTS
-        if guard is not None:
-            stmt = _PG_EVENTS_GUARDED
-            params.update(version=guard[0], epoch=guard[1], owner=guard[2])
-        return conn.execute(stmt, params).rowcount == len(rows)
+        assert guard is None, "on Postgres a step's held events ride in its compare-and-set"
+        params = {"id": task_id, "k": len(events), "events": held_events(events)}
+        return conn.execute(_PG_EVENTS, params).rowcount == len(events)
+    now = time.monotonic()
     if guard is not None:
         version, epoch, owner = guard
         cond = (

@@ -95,10 +95,23 @@ def calls_from_events(events: Iterable[EventView]) -> list[CallRecord]:
 
 def tool_specs(descriptors: Iterable[ToolDescriptor]) -> list[ToolSpec]:
     """What the model is shown of the tools: name, description, argument schema. No more."""
-    return [
-        ToolSpec(name=d.name, description=d.description, parameters=dict(d.args_schema))
-        for d in descriptors
-    ]
+    return [_tool_spec(d) for d in descriptors]
+
+
+def _tool_spec(d: ToolDescriptor) -> ToolSpec:
+    """One spec per registered descriptor, made once: the gateway then finds the same schema
+    objects on every call and reuses what it derived from them (core/memo.py). Descriptors are
+    frozen, and compare by identity."""
+    spec = _SPECS.get(d)
+    if spec is None:
+        spec = ToolSpec(name=d.name, description=d.description, parameters=dict(d.args_schema))
+        if len(_SPECS) >= 1024:
+            _SPECS.clear()  # bounded: registries are configuration, but never grow without end
+        _SPECS[d] = spec
+    return spec
+
+
+_SPECS: dict[ToolDescriptor, ToolSpec] = {}
 
 
 def _record(

@@ -68,14 +68,19 @@ MAX_TEXT_CHARS = 4000
 
 
 def bounded(value: Any) -> Any:
-    """`value` with NUL and lone surrogates replaced and every long string cut (see above)."""
-    value = clean_json(value)
+    """`value` with NUL and lone surrogates replaced and every long string cut (see above).
+    Cleaned once, at the top (`clean_json` walks the whole value), then cut: one pass each,
+    not a cleaning per level of nesting."""
+    return _cut_strings(clean_json(value))
+
+
+def _cut_strings(value: Any) -> Any:
     if isinstance(value, str):
         return cut(value, MAX_TEXT_CHARS)
     if isinstance(value, dict):
-        return {k: bounded(v) for k, v in value.items()}
+        return {k: _cut_strings(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [bounded(v) for v in value]
+        return [_cut_strings(v) for v in value]
     return value
 
 

@@ -1,0 +1,125 @@
+"""The shortcuts the step cost work took on the CPU (issue 14) give what the plain code gives.
+
+- `canonical_json` checks a plain value without building a path per node; anything else goes to
+  the full check, which names the path (hostile values included).
+- `SameObjectMemo` (the gateway's validators and token estimates) answers from memory only for
+  the very object it saw, unchanged.
+- `bounded` (what the model is shown) cleans once and cuts, as cleaning at every level did.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent_jobs.core.errors import InvalidInput
+from agent_jobs.core.hashing import _check, canonical_json
+from agent_jobs.core.memo import SameObjectMemo
+from agent_jobs.core.text import clean_json, cut
+from agent_jobs.gateway.schemas import validation_errors
+from agent_jobs.workflows.refund.prompts import MAX_TEXT_CHARS, bounded
+
+HOSTILE_TEXT = st.one_of(
+    st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=20),
+    st.sampled_from(["\x00", "a\x00b", "\ud800", "\udfff tail", "\u202eevil", "x" * 4100]),
+)
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats()  # NaN and infinities included
+    | HOSTILE_TEXT
+)
+KEYS = HOSTILE_TEXT | st.integers(-3, 3) | st.none() | st.booleans()
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(KEYS, inner, max_size=4)
+    ),
+    max_leaves=25,
+)
+
+
+def _reference_canonical(value: Any) -> str:
+    """`canonical_json` as it was before the fast path: the full check, then the encoding."""
+    _check(value, "$")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _outcome(fn: Any, value: Any) -> tuple[str, str]:
+    try:
+        return ("ok", fn(value))
+    except InvalidInput as exc:
+        return ("invalid", str(exc))
+    except TypeError as exc:  # keys of mixed types cannot be sorted: both fail alike
+        return ("type", str(exc))
+
+
+@given(VALUES)
+def test_canonical_json_gives_what_the_full_check_gives(value: Any) -> None:
+    assert _outcome(canonical_json, value) == _outcome(_reference_canonical, value)
+
+
+def test_canonical_json_still_names_the_path_of_what_it_refuses() -> None:
+    with pytest.raises(InvalidInput, match=r"\$\.a\[1\]: NaN"):
+        canonical_json({"a": [1, math.nan]})
+    with pytest.raises(InvalidInput, match=r"\$\.b: object keys must be strings"):
+        canonical_json({"b": {1: "x"}})
+
+
+def test_the_memo_answers_only_for_the_same_unchanged_object() -> None:
+    calls: list[Any] = []
+
+    def compute(value: Any) -> str:
+        calls.append(value)
+        return canonical_json(value)
+
+    memo = SameObjectMemo(compute, size=4)
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    assert memo(schema) == memo(schema) == canonical_json(schema)
+    assert len(calls) == 1  # the same object, unchanged: remembered
+    twin = json.loads(json.dumps(schema))
+    assert memo(twin) == canonical_json(schema)
+    assert len(calls) == 2  # an equal but other object: computed
+    schema["properties"]["a"]["type"] = "integer"  # changed in place, deep down
+    assert memo(schema) == canonical_json(schema)
+    assert len(calls) == 3
+    for i in range(10):  # bounded: never more than `size` objects kept
+        memo({"n": i})
+    assert len(memo._kept) <= 4
+
+
+def test_a_validator_follows_a_schema_changed_in_place() -> None:
+    schema: dict[str, Any] = {"type": "object", "properties": {"n": {"type": "string"}}}
+    assert validation_errors(schema, {"n": "1"}) == []
+    schema["properties"]["n"]["type"] = "integer"
+    assert validation_errors(schema, {"n": "1"}) != []
+    assert validation_errors(schema, {"n": 1}) == []
+
+
+def _reference_bounded(value: Any) -> Any:
+    """`bounded` as it was: cleaned at every level, then cut."""
+    value = clean_json(value)
+    if isinstance(value, str):
+        return cut(value, MAX_TEXT_CHARS)
+    if isinstance(value, dict):
+        return {k: _reference_bounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_reference_bounded(v) for v in value]
+    return value
+
+
+@given(VALUES)
+def test_bounded_cleans_once_and_cuts_as_before(value: Any) -> None:
+    got, want = bounded(value), _reference_bounded(value)
+    # NaN != NaN: compare their JSON (NaN cleans to None anyway; a NaN key stays a NaN key).
+    assert json.dumps(got, sort_keys=False, default=repr) == json.dumps(
+        want, sort_keys=False, default=repr
+    )
