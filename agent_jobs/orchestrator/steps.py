@@ -7,7 +7,6 @@ is the effect attempted (invariant 3) — `Session.commit_keep` does that interm
 
 from __future__ import annotations
 
-import copy
 import logging
 import random
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from typing import Any
 
 from agent_jobs.config import Settings
 from agent_jobs.core.contracts import Action, ApprovalView
+from agent_jobs.core.copies import deep_copy
 from agent_jobs.core.errors import Deferred, InvalidInput
 from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
 from agent_jobs.core.retry import backoff_s
@@ -71,14 +71,14 @@ class Session:
         return self.lease.task
 
     def runtime(self) -> dict[str, Any]:
-        return copy.deepcopy(self.lease.task.state.get("runtime") or {})
+        return deep_copy(self.lease.task.state.get("runtime") or {})
 
     def peek(self) -> wf.StepInput:
         """The input without copies, for a hook that only reads (`quick`)."""
         return self._input(_same)
 
     def inp(self) -> wf.StepInput:
-        return self._input(copy.deepcopy)
+        return self._input(deep_copy)
 
     def _input(self, take: Callable[[Any], Any]) -> wf.StepInput:
         t = self.lease.task

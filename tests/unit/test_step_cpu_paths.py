@@ -123,3 +123,37 @@ def test_bounded_cleans_once_and_cuts_as_before(value: Any) -> None:
     assert json.dumps(got, sort_keys=False, default=repr) == json.dumps(
         want, sort_keys=False, default=repr
     )
+
+
+@given(VALUES)
+def test_deep_copy_is_an_independent_equal_copy(value: Any) -> None:
+    import copy
+
+    from agent_jobs.core.copies import deep_copy
+
+    got = deep_copy(value)
+    want = copy.deepcopy(value)
+    assert json.dumps(got, default=repr) == json.dumps(want, default=repr)
+    assert type(got) is type(want)
+    if isinstance(value, dict | list):
+        assert got is not value
+
+
+def test_deep_copy_keeps_shared_parts_shared_and_copes_with_the_unpicklable() -> None:
+    from agent_jobs.core.copies import deep_copy
+
+    shared = {"a": [1, 2]}
+    value = {"x": shared, "y": shared, "t": (1, "two")}
+    got = deep_copy(value)
+    got["x"]["a"].append(3)
+    assert shared == {"a": [1, 2]}  # independent of the original
+    assert got["y"]["a"] == [1, 2, 3]  # and shared where the original shared
+    assert got["t"] == (1, "two")
+
+    def f() -> int:
+        return 1
+
+    odd = {"f": f, "n": [1]}  # pickle refuses a local function; deepcopy keeps it
+    copied = deep_copy(odd)
+    assert copied["f"] is f
+    assert copied["n"] == [1] and copied["n"] is not odd["n"]

@@ -12,13 +12,13 @@ error does to the task is decided here, from its type:
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from agent_jobs.core.contracts import EventView
+from agent_jobs.core.copies import deep_copy
 from agent_jobs.core.errors import ConfigError, InvalidInput
 from agent_jobs.gateway import (
     BudgetExceeded,
@@ -151,7 +151,7 @@ def ask(
     extra: str = "",
 ) -> Asked | wf.StepDecision:
     """One model decision point. Returns the proposal, or the decision a failure calls for."""
-    state = copy.deepcopy(state)
+    state = deep_copy(state)
     route = str(inp.pinned.get("model_route") or ROUTE_KEY)
     prompt = inp.pinned.get("prompt")
     if prompt != PROMPT_VERSION:

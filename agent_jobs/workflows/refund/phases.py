@@ -12,13 +12,13 @@ again at most `MAX_ASKS` times, and the route's call budget bounds everything el
 
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from agent_jobs.config import settings
 from agent_jobs.core.contracts import Action
+from agent_jobs.core.copies import deep_copy
 from agent_jobs.core.errors import InvalidInput
 from agent_jobs.core.hashing import derive_idempotency_key
 from agent_jobs.core.text import for_log
@@ -86,7 +86,7 @@ class ToolPinBroken(Exception):
 
 def decide(services: RefundServices, inp: wf.StepInput) -> wf.StepDecision:
     """One durable step of the RUNNING phases (see the module doc)."""
-    state = copy.deepcopy(inp.state)
+    state = deep_copy(inp.state)
     state.pop("runtime", None)  # the orchestrator's; it puts its own copy back
     try:
         return _decide(Ctx(services, inp, state))
