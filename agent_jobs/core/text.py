@@ -46,7 +46,21 @@ def clean_text(value: str) -> str:
 def clean_json(value: Any) -> Any:
     """`clean_text` applied to every string in a JSON-like value, keys included.
 
-    Returns the same object when nothing needed cleaning (no copy on the hot path)."""
+    Returns the same object when nothing needed cleaning (no copy on the hot path). A container
+    is first written as ASCII JSON, in C: when that text spells no NUL or surrogate (and holds
+    no NaN), nothing in it needs cleaning and it is returned as it is, without the walk."""
+    if isinstance(value, dict | list | tuple):
+        try:
+            text = json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):  # NaN, a value JSON cannot spell, a key of odd type
+            pass
+        else:
+            if _ESCAPED_UNSTORABLE.search(text) is None:
+                return value
+    return _clean_walk(value)
+
+
+def _clean_walk(value: Any) -> Any:
     if isinstance(value, str):
         return clean_text(value)
     if isinstance(value, float) and not math.isfinite(value):
@@ -55,14 +69,14 @@ def clean_json(value: Any) -> Any:
         out: dict[Any, Any] | None = None
         for i, (k, v) in enumerate(value.items()):
             ck = clean_text(k) if isinstance(k, str) else k
-            cv = clean_json(v)
+            cv = _clean_walk(v)
             if out is None and (ck is not k or cv is not v):
                 out = dict(list(value.items())[:i])
             if out is not None:
                 out[ck] = cv
         return value if out is None else out
     if isinstance(value, (list, tuple)):
-        items = [clean_json(v) for v in value]
+        items = [_clean_walk(v) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return items if isinstance(value, list) else tuple(items)

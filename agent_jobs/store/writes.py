@@ -346,30 +346,34 @@ def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:
         return
     action = eff.action
     if eff.status == "intent":
-        # Intent before effect (invariant 3). A retry after "reconcile found nothing" reuses the
-        # row and its key; the action must be the very same one.
+        # Intent before effect (invariant 3). The first intent for a key inserts its row (one
+        # statement: `ON CONFLICT DO NOTHING` says whether it was there). A retry after
+        # "reconcile found nothing" reuses the row and its key; the action must be the very same.
+        inserted = conn.execute(
+            insert_ignore(conn.dialect.name, effects)
+            .values(
+                task_id=task_id,
+                idempotency_key=action.idempotency_key,
+                tool=action.tool,
+                tool_version=action.tool_version,
+                action_hash=action.action_hash,
+                status="intent",
+                attempts=1,
+                result=None,
+                created_at=db_now(),
+                updated_at=db_now(),
+            )
+            .on_conflict_do_nothing(index_elements=["task_id", "idempotency_key"])
+            .returning(effects.c.task_id)
+        ).first()
+        if inserted is not None:
+            return
         existing = conn.execute(
             select(effects.c.action_hash).where(
                 (effects.c.task_id == task_id)
                 & (effects.c.idempotency_key == action.idempotency_key)
             )
-        ).scalar_one_or_none()
-        if existing is None:
-            conn.execute(
-                insert(effects).values(
-                    task_id=task_id,
-                    idempotency_key=action.idempotency_key,
-                    tool=action.tool,
-                    tool_version=action.tool_version,
-                    action_hash=action.action_hash,
-                    status="intent",
-                    attempts=1,
-                    result=None,
-                    created_at=db_now(),
-                    updated_at=db_now(),
-                )
-            )
-            return
+        ).scalar_one()
         if existing != action.action_hash:
             raise ValueError(
                 f"effect key {action.idempotency_key!r} already names a different action"

@@ -157,3 +157,13 @@ def test_deep_copy_keeps_shared_parts_shared_and_copes_with_the_unpicklable() ->
     copied = deep_copy(odd)
     assert copied["f"] is f
     assert copied["n"] == [1] and copied["n"] is not odd["n"]
+
+
+@given(VALUES)
+def test_clean_json_returns_what_the_walk_returns(value: Any) -> None:
+    from agent_jobs.core.text import _clean_walk
+
+    got, want = clean_json(value), _clean_walk(value)
+    assert json.dumps(got, default=repr) == json.dumps(want, default=repr)
+    if want is value:
+        assert got is value  # nothing to clean: the very same object, no copy
