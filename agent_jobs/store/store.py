@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from time import monotonic
 from typing import Any
 
 from sqlalchemy import (
@@ -451,12 +450,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
     def append_event(self, task_id: str, type_: str, data: dict[str, Any]) -> None:
         """One event that changes no status, written now (an audit record that must outlive
         this worker, a late result): on Postgres one statement on an autocommit connection."""
-        if self.dialect == "postgresql":
-            with self.autocommit() as conn:
-                if not append_pending(conn, task_id, [PendingEvent(type_, data, monotonic())]):
-                    raise LookupError(task_id)
-            return
-        with self.tx() as conn:
+        with self.autocommit() as conn:  # SQLite: one transaction around its two statements
             append_event(conn, task_id, type_, data)
 
     def append_events(self, task_id: str, events: Sequence[PendingEvent]) -> None:
