@@ -167,3 +167,35 @@ def test_clean_json_returns_what_the_walk_returns(value: Any) -> None:
     assert json.dumps(got, default=repr) == json.dumps(want, default=repr)
     if want is value:
         assert got is value  # nothing to clean: the very same object, no copy
+
+
+def _reference_to_json(value: Any) -> str:
+    """`to_json` before orjson: `json` alone, cleaned when it must be."""
+    from agent_jobs.core.text import _ESCAPED_UNSTORABLE
+
+    try:
+        out = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        out = None
+    if out is not None and _ESCAPED_UNSTORABLE.search(out) is None:
+        return out
+    return json.dumps(clean_json(value), separators=(",", ":"), allow_nan=False)
+
+
+@given(VALUES)
+def test_to_json_writes_what_the_json_path_writes(value: Any) -> None:
+    from agent_jobs.core.text import to_json
+
+    def outcome(fn: Any) -> Any:
+        try:
+            return ("ok", json.loads(fn(value)))
+        except (TypeError, ValueError) as exc:
+            return ("error", type(exc).__name__)
+
+    got, want = outcome(to_json), outcome(_reference_to_json)
+    # The same JSON value (the text may differ: UTF-8 against \\u escapes, 1e16 against 1e+16).
+    assert json.dumps(got, sort_keys=True, default=repr) == json.dumps(
+        want, sort_keys=True, default=repr
+    )
+    if got[0] == "ok":
+        assert "\\u0000" not in to_json(value).replace("\\\\", "")  # never a NUL for Postgres
