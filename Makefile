@@ -97,7 +97,7 @@ bench-peers: $(STAMP)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench peers
 
 bench-platform: $(STAMP)
-	$(BENCH_ENV) $(BIN)/agent-jobs bench platform --tasks 10
+	$(BENCH_ENV) $(BIN)/agent-jobs bench platform --tasks 30
 
 bench-recovery: $(STAMP)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench recovery
