@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -68,26 +69,36 @@ def _need(available: bool, what: str) -> None:
     pytest.skip(f"{what} not reachable")
 
 
-@pytest.fixture(scope="session")
-def pg_database() -> Iterator[str]:
-    """A fresh Postgres database for this session, migrated to head; dropped at the end."""
+@contextmanager
+def new_database() -> Iterator[str]:
+    """A Postgres database of the caller's own, empty (no schema); dropped at the end."""
     _need(postgres_available(), "PostgreSQL")
     from agent_jobs.store.engine import make_engine
-    from agent_jobs.store.migrate import upgrade
 
     name = new_test_database_name()
     admin = make_engine(PG_ADMIN_URL)
     with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = database_url_for(name)
-    engine = make_engine(url)
-    upgrade(engine)
-    engine.dispose()
-    yield url
-    check_test_database_name(name)
-    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.dispose()
+    try:
+        yield database_url_for(name)
+    finally:
+        check_test_database_name(name)
+        with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A fresh Postgres database for this session, migrated to head; dropped at the end."""
+    from agent_jobs.store.engine import make_engine
+    from agent_jobs.store.migrate import upgrade
+
+    with new_database() as url:
+        engine = make_engine(url)
+        upgrade(engine)
+        engine.dispose()
+        yield url
 
 
 def _truncate(store: object) -> None:

@@ -9,14 +9,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import text
 
-from tests.conftest import _need
-from tests.services import (
-    PG_ADMIN_URL,
-    check_test_database_name,
-    database_url_for,
-    new_test_database_name,
-    postgres_available,
-)
+from tests.conftest import new_database
 
 COMPRESSION = text(
     "SELECT attcompression FROM pg_attribute "
@@ -26,18 +19,8 @@ COMPRESSION = text(
 
 @pytest.fixture
 def own_database() -> Iterator[str]:
-    _need(postgres_available(), "PostgreSQL")
-    from agent_jobs.store.engine import make_engine
-
-    name = new_test_database_name()
-    admin = make_engine(PG_ADMIN_URL)
-    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    yield database_url_for(name)
-    check_test_database_name(name)
-    with admin.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.dispose()
+    with new_database() as url:
+        yield url
 
 
 def test_state_is_lz4_after_the_upgrade_and_pglz_after_the_downgrade(own_database: str) -> None:
