@@ -72,3 +72,35 @@ def test_hostile_text_goes_through_the_store_and_comes_back_cleaned(
     *_, started, audit = store.events(task.id)
     assert started.data["why"] == clean_text(note)
     assert audit.data == clean_json({"text": note, "payload": payload})
+
+
+@SLOW
+@given(payload=VALUES, note=HOSTILE)
+def test_hostile_text_in_a_steps_held_events_rides_its_commit_cleaned(
+    store: Any, payload: Any, note: str
+) -> None:
+    """What a step's hooks recorded (a model's words, a tool's answer) is written with the
+    step's transition — on Postgres inside the compare-and-set's own statement — cleaned."""
+    import time
+
+    from agent_jobs.store import PendingEvent
+
+    tenant = f"t{uuid.uuid4().hex[:10]}"
+    created = store.create_or_get(
+        tenant,
+        f"k-{uuid.uuid4().hex}",
+        TaskRequest(workflow="example@1", input={}),
+        requester="someone",
+    )
+    lease = store.claim(created.task.id, "w1", 30)
+    assert lease is not None
+    held = [
+        PendingEvent("chat", {"said": note, "payload": payload}, time.monotonic()),
+        PendingEvent("execute_tool orders.get", {"result": payload}, time.monotonic()),
+    ]
+    store.commit_lean(lease, Patch(to=Status.RUNNING, event="started", data={}), events=held)
+    *_, chat, tool, started = store.events(created.task.id)
+    assert (chat.type, tool.type, started.type) == ("chat", "execute_tool orders.get", "started")
+    assert chat.data == clean_json({"said": note, "payload": payload})
+    assert tool.data == clean_json({"result": payload})
+    assert chat.seq < tool.seq < started.seq
