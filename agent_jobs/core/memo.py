@@ -11,10 +11,11 @@ token estimates, not for anything a hash must bind exactly (approvals use `canon
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
+
+from agent_jobs.core.copies import deep_copy
 
 T = TypeVar("T")
 
@@ -33,7 +34,7 @@ class SameObjectMemo(Generic[T]):
         if hit is not None and hit[0] is value and hit[1] == value:
             return hit[2]
         result = self._compute(value)  # raises as `compute` does; nothing is kept then
-        snapshot = copy.deepcopy(value)
+        snapshot = deep_copy(value)
         with self._lock:
             if len(self._kept) >= self._size:
                 self._kept.clear()  # bounded: a caller inventing values per call must not grow it

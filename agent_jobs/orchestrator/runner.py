@@ -83,6 +83,19 @@ def startable(row: TaskRow | None, task_id: str) -> bool:
     )
 
 
+def _row_after(task: TaskRow, patch: Patch) -> TaskRow:
+    """`task` as a commit of `patch` leaves it, as far as the workflow's `quick` hook looks:
+    status and state; no lease, no timer (a leased commit's new row is not read back)."""
+    return replace(
+        task,
+        status=patch.to,
+        state=task.state if patch.state is None else patch.state,
+        lease_owner=None,
+        lease_expires_at=None,
+        next_attempt_at=None,
+    )
+
+
 class _NeedsLease(Exception):
     """A step run as quick tried an intermediate commit (an effect): redo it under a lease."""
 
@@ -348,10 +361,7 @@ class Orchestrator:
                     conn, task, patch, actor=owner, unheld=carried
                 )
                 if dispatch is not None and startable(new, task.id):
-                    if self._quick(new, workflow):
-                        dispatch = dispatch._replace(row=new)  # the next step needs no read
-                    else:
-                        dispatch = dispatch._replace(claim=True)  # nor a read before its claim
+                    dispatch = self._told(dispatch, new, workflow, carry=True)
             else:
                 dispatch = self.store.commit_read(conn, task, patch, actor=owner)
         except StaleTransition:
@@ -524,8 +534,10 @@ class Orchestrator:
             )
         del s.pending[: len(events)]
         self.observer.transition(s.lease.task.workflow, frm.value, patch.to.value)
-        if dispatch is not None and self._leased_next(s.lease.task, patch):
-            dispatch = dispatch._replace(claim=True)
+        workflow = self._workflow(s.lease.task)
+        if dispatch is not None and workflow is not None:
+            after = _row_after(s.lease.task, patch)
+            dispatch = self._told(dispatch, after, workflow, carry=False)
         return StepReport(
             s.lease.task_id,
             frm,
@@ -534,22 +546,15 @@ class Orchestrator:
             dispatch=dispatch,
         )
 
-    def _leased_next(self, task: TaskRow, patch: Patch) -> bool:
-        """Whether the step a commit of `patch` to `task` dispatches will need a lease: judged
-        on the row as that commit leaves it (status and state; no lease, no timer), which is
-        all `quick` looks at. Only a hint for the next step's message (`Dispatch.claim`)."""
-        workflow = self._workflow(task)
-        if workflow is None:
-            return False
-        after = replace(
-            task,
-            status=patch.to,
-            state=task.state if patch.state is None else patch.state,
-            lease_owner=None,
-            lease_expires_at=None,
-            next_attempt_at=None,
-        )
-        return not self._quick(after, workflow)
+    def _told(
+        self, dispatch: Dispatch, after: TaskRow, workflow: Workflow, *, carry: bool
+    ) -> Dispatch:
+        """The next step's message, told what that step may skip: a quick step its read (it
+        starts from `after`, when `carry`: the row the commit returned), a leased step the read
+        before its claim (`Dispatch.claim`). Hints, judged on the row as the commit left it."""
+        if self._quick(after, workflow):
+            return dispatch._replace(row=after) if carry else dispatch
+        return dispatch._replace(claim=True)
 
     def _commit_keep(self, s: Session, patch: Patch) -> Lease:
         frm = s.lease.task.status

@@ -25,6 +25,15 @@ from agent_jobs.store.rows import task_from_json, task_to_json
 log = logging.getLogger(__name__)
 
 KEY_NAME = "step_rows"
+# What a step message carries instead of a row when the next step needs a lease (`Dispatch.claim`):
+# claim at once, no read first. Unsigned: a claim is safe whoever asks for it.
+CLAIM_HINT: dict[str, Any] = {"claim": 1}
+
+
+def is_claim_hint(carried: Any) -> bool:
+    return isinstance(carried, dict) and carried.get("claim") == 1
+
+
 KEY_RETRY_S = 30.0
 
 

@@ -15,7 +15,7 @@ from celery import Celery
 from kombu.utils.uuid import uuid
 
 from agent_jobs.core.names import STEP_TASK, broker_sentinel_key, shared_queue, tenant_queue
-from agent_jobs.queue.carried_rows import CarriedRows
+from agent_jobs.queue.carried_rows import CLAIM_HINT, CarriedRows
 from agent_jobs.queue.directory import TenantDirectory
 from agent_jobs.queue.gate import GatedDispatcher
 from agent_jobs.queue.step_acks import install_step_acks
@@ -83,7 +83,7 @@ class CeleryPublisher:
             if dispatch.row is not None and self.rows is not None:
                 carried = self.rows.encode(dispatch.row)
             elif dispatch.claim:
-                carried = {"claim": 1}  # a hint, unsigned: a claim is safe whoever asks for it
+                carried = dict(CLAIM_HINT)
             self._send_step(dispatch.task_id, queue, carried)
         except Exception:
             # A producer that failed may hold a dead connection: the next publish makes another.

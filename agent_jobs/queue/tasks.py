@@ -8,6 +8,7 @@ from typing import Any
 from agent_jobs.core.names import STEP_TASK
 from agent_jobs.orchestrator.sweepers import KINDS
 from agent_jobs.queue.app import app
+from agent_jobs.queue.carried_rows import is_claim_hint
 from agent_jobs.queue.runtime import get_runtime
 
 log = logging.getLogger(__name__)
@@ -20,7 +21,7 @@ def step(task_id: str, carried: Any = None) -> None:
     (queue/carried_rows.py), or `{"claim": 1}`, the hint that this step needs a lease."""
     runtime = get_runtime()
     row = None
-    claim = isinstance(carried, dict) and carried.get("claim") == 1
+    claim = is_claim_hint(carried)
     if carried is not None and not claim and runtime.publisher.rows is not None:
         row = runtime.publisher.rows.decode(carried, task_id)
     runtime.orchestrator.run_step(task_id, row, claim=claim)

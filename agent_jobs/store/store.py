@@ -333,11 +333,18 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
             yield conn
 
     @contextmanager
-    def _quick_commit_conn(self, conn: Connection, patch: Patch) -> Iterator[Connection]:
-        """Where a quick step's commit runs: on Postgres, the step's autocommit connection when
-        the patch writes only the row and its event (one statement, atomic by itself), else a
-        transaction of its own; on SQLite, the step's own transaction."""
-        if self.dialect != "postgresql" or single_statement(patch):
+    def _commit_conn(self, patch: Patch, conn: Connection | None = None) -> Iterator[Connection]:
+        """Where a commit of `patch` runs. On Postgres a patch that writes only the row and its
+        events is one statement, atomic by itself: on an autocommit connection (`conn`, the
+        step's, if it has one); anything more gets a transaction of its own. On SQLite, the
+        step's own transaction, or a new one."""
+        if self.dialect == "postgresql" and single_statement(patch):
+            if conn is not None:
+                yield conn
+            else:
+                with self.autocommit() as fresh:
+                    yield fresh
+        elif self.dialect != "postgresql" and conn is not None:
             yield conn
         else:
             with self.tx() as tx:
@@ -350,7 +357,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         nobody moved it since (compare-and-set on version, lease epoch and owner as read).
         Returns the dispatch to publish after the commit; `StaleTransition` if the CAS lost."""
         owner, epoch = task.lease_owner, task.lease_epoch
-        with self._quick_commit_conn(conn, patch) as c:
+        with self._commit_conn(patch, conn) as c:
             return apply_patch_lean(c, task, owner=owner, epoch=epoch, patch=patch, actor=actor)
 
     def commit_quick(
@@ -362,7 +369,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         not hold the task, the one part of "claimable" that version, epoch and owner do not
         already pin."""
         owner, epoch = task.lease_owner, task.lease_epoch
-        with self._quick_commit_conn(conn, patch) as c:
+        with self._commit_conn(patch, conn) as c:
             return apply_patch(
                 c, task, owner=owner, epoch=epoch, patch=patch, lease_ttl_s=0.0, actor=actor,
                 unheld=unheld,
@@ -423,12 +430,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         itself: no BEGIN, no COMMIT round trip); anything more gets its transaction."""
         assert not patch.keep_lease, "a kept lease needs the new row: use commit()"
         owner, epoch, task = lease.owner, lease.epoch, lease.task
-        if self.dialect == "postgresql" and single_statement(patch):
-            with self.step_conn() as conn:
-                return apply_patch_lean(
-                    conn, task, owner=owner, epoch=epoch, patch=patch, events=events
-                )
-        with self.tx() as conn:
+        with self._commit_conn(patch) as conn:
             return apply_patch_lean(
                 conn, task, owner=owner, epoch=epoch, patch=patch, events=events
             )

@@ -16,7 +16,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from agent_jobs.core.errors import ApprovalError, StaleTransition
 from agent_jobs.core.identity import principal
 from agent_jobs.core.patch import Patch
-from agent_jobs.core.states import RUNNABLE, Status, check_transition
+from agent_jobs.core.states import RUNNABLE, check_transition
 from agent_jobs.core.text import to_json
 from agent_jobs.store import prepared
 from agent_jobs.store.rows import Dispatch, PendingEvent, TaskRow, task_from_row
@@ -287,13 +287,12 @@ def _cas_generic(
     events: Sequence[PendingEvent] = (),
 ) -> Row[Any] | None:
     """The same compare-and-set as statements of their own (SQLite has no data-modifying
-    CTEs): the held events under the same guard, the UPDATE, the transition's event."""
-    if not append_pending(conn, task.id, events, guard=(task.version, epoch, owner)):
-        return None
+    CTEs): the guarded UPDATE, which reserves the events' numbers, then the held events and the
+    transition's own, as the Postgres statement numbers them."""
     values: dict[str, Any] = {
         "status": patch.to.value,
         "version": tasks.c.version + 1,
-        "event_seq": tasks.c.event_seq + 1,
+        "event_seq": tasks.c.event_seq + 1 + len(events),
         "updated_at": db_now(),
         "next_attempt_at": None if patch.wake_in_s is None else db_now_plus(patch.wake_in_s),
     }
@@ -325,19 +324,45 @@ def _cas_generic(
     row = conn.execute(update(tasks).where(guard).values(**values).returning(tasks)).first()
     if row is None:
         return None
-    conn.execute(
-        insert(task_events).values(
-            task_id=task.id,
-            seq=row._mapping["event_seq"],
-            type=patch.event,
-            from_status=task.status.value,
-            to_status=patch.to.value,
-            data=data,
-            trace_id=task.trace_id,
-            at=db_now(),
-        )
+    seq = int(row._mapping["event_seq"])
+    now = time.monotonic()
+    for i, e in enumerate(events):
+        _insert_event(
+            conn, task.id, seq - len(events) + i, e.type, task.status.value, None, e.data,
+            task.trace_id, ago_s=max(0.0, now - e.at),
+        )  # fmt: skip
+    _insert_event(
+        conn, task.id, seq, patch.event, task.status.value, patch.to.value, data, task.trace_id
     )
     return row
+
+
+def _insert_event(  # noqa: PLR0917 - one row's columns, in the table's order
+    conn: Connection,
+    task_id: str,
+    seq: int,
+    type_: str,
+    from_status: str,
+    to_status: str | None,
+    data: dict[str, Any],
+    trace_id: str,
+    *,
+    ago_s: float = 0.0,
+) -> None:
+    """One `task_events` row, numbered by the caller, dated `ago_s` before the database's clock
+    (SQLite's paths; Postgres writes events inside its CTEs)."""
+    conn.execute(
+        insert(task_events).values(
+            task_id=task_id,
+            seq=seq,
+            type=type_,
+            from_status=from_status,
+            to_status=to_status,
+            data=data,
+            trace_id=trace_id,
+            at=db_now_plus(-ago_s) if ago_s else db_now(),
+        )
+    )
 
 
 def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:
@@ -442,28 +467,14 @@ def _write_approval(conn: Connection, task: TaskRow, patch: Patch) -> None:
 
 
 def append_event(
-    conn: Connection,
-    task_id: str,
-    type_: str,
-    data: dict[str, Any],
-    *,
-    status: Status | None = None,
-    ago_s: float = 0.0,
-) -> int:
+    conn: Connection, task_id: str, type_: str, data: dict[str, Any], *, ago_s: float = 0.0
+) -> None:
     """Append an event that changes no status (audit records, late results, decisions), dated
-    `ago_s` seconds before the database's clock. On Postgres one statement (`_PG_EVENT`)."""
+    `ago_s` seconds before the database's clock. On Postgres one statement (`_PG_EVENTS`)."""
     if conn.dialect.name == "postgresql":
-        params = {
-            "id": task_id,
-            "type": type_,
-            "status": None if status is None else status.value,
-            "data": to_json(data),
-            "ago": max(0.0, ago_s),
-        }
-        seq_pg = conn.execute(_PG_EVENT, params).scalar_one_or_none()
-        if seq_pg is None:
+        if not append_pending(conn, task_id, [PendingEvent(type_, data, time.monotonic() - ago_s)]):
             raise LookupError(task_id)
-        return int(seq_pg)
+        return
     row = conn.execute(
         update(tasks)
         .where(tasks.c.id == task_id)
@@ -473,34 +484,8 @@ def append_event(
     if row is None:
         raise LookupError(task_id)
     seq, trace_id, current = row
-    conn.execute(
-        insert(task_events).values(
-            task_id=task_id,
-            seq=seq,
-            type=type_,
-            from_status=(status or Status(current)).value,
-            to_status=None,
-            data=data,
-            trace_id=trace_id,
-            at=db_now_plus(-ago_s) if ago_s else db_now(),
-        )
-    )
-    return int(seq)
+    _insert_event(conn, task_id, int(seq), type_, current, None, data, trace_id, ago_s=ago_s)
 
-
-# One event in one statement: its sequence number reserved on the row, the row inserted from it.
-_PG_EVENT = text("""
-WITH u AS (
-  UPDATE tasks SET event_seq = event_seq + 1
-  WHERE id = :id
-  RETURNING event_seq, trace_id, status
-)
-INSERT INTO task_events (task_id, seq, type, from_status, to_status, data, trace_id, at)
-SELECT :id, u.event_seq, :type, COALESCE(CAST(:status AS varchar), u.status), NULL,
-       CAST(:data AS jsonb), u.trace_id, now() - make_interval(secs => CAST(:ago AS float8))
-FROM u
-RETURNING seq
-""")
 
 # Several events in one statement: the sequence numbers reserved on the row, the rows inserted
 # from a JSON array (`held_events`), each dated `ago` seconds before the database's clock.
@@ -530,34 +515,17 @@ def held_events(events: Sequence[PendingEvent]) -> str:
     )
 
 
-def append_pending(
-    conn: Connection,
-    task_id: str,
-    events: Sequence[PendingEvent],
-    *,
-    guard: tuple[int, int, str | None] | None = None,
-) -> bool:
-    """Write a step's held events, in order, before its transition (they happened first).
-    `guard` = (version, epoch, owner), on SQLite only (on Postgres a guarded step's events ride
-    in its compare-and-set, `_cas_postgres`): only while the row is still as the step claimed
-    it. False when the guard matched nothing (the caller's commit will find it stale too)."""
+def append_pending(conn: Connection, task_id: str, events: Sequence[PendingEvent]) -> bool:
+    """Write held events, in order, dated when they happened: those of a step that ends without
+    a commit of its own (a step that commits writes its events inside its compare-and-set).
+    On Postgres one statement, False when the task is not there; on SQLite one event at a time
+    (`LookupError` when the task is not there)."""
     if not events:
         return True
     if conn.dialect.name == "postgresql":
-        assert guard is None, "on Postgres a step's held events ride in its compare-and-set"
         params = {"id": task_id, "k": len(events), "events": held_events(events)}
         return conn.execute(_PG_EVENTS, params).rowcount == len(events)
     now = time.monotonic()
-    if guard is not None:
-        version, epoch, owner = guard
-        cond = (
-            (tasks.c.id == task_id)
-            & (tasks.c.version == version)
-            & (tasks.c.lease_epoch == epoch)
-            & (tasks.c.lease_owner.is_(None) if owner is None else tasks.c.lease_owner == owner)
-        )
-        if conn.execute(select(tasks.c.id).where(cond)).first() is None:
-            return False
     for e in events:
         append_event(conn, task_id, e.type, e.data, ago_s=max(0.0, now - e.at))
     return True

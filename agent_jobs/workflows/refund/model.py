@@ -12,6 +12,7 @@ error does to the task is decided here, from its type:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -98,20 +99,12 @@ def tool_specs(descriptors: Iterable[ToolDescriptor]) -> list[ToolSpec]:
     return [_tool_spec(d) for d in descriptors]
 
 
+@functools.lru_cache(maxsize=1024)
 def _tool_spec(d: ToolDescriptor) -> ToolSpec:
     """One spec per registered descriptor, made once: the gateway then finds the same schema
     objects on every call and reuses what it derived from them (core/memo.py). Descriptors are
     frozen, and compare by identity."""
-    spec = _SPECS.get(d)
-    if spec is None:
-        spec = ToolSpec(name=d.name, description=d.description, parameters=dict(d.args_schema))
-        if len(_SPECS) >= 1024:
-            _SPECS.clear()  # bounded: registries are configuration, but never grow without end
-        _SPECS[d] = spec
-    return spec
-
-
-_SPECS: dict[ToolDescriptor, ToolSpec] = {}
+    return ToolSpec(name=d.name, description=d.description, parameters=dict(d.args_schema))
 
 
 def _record(
