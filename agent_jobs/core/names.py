@@ -84,6 +84,8 @@ def model_semaphore_key(prefix: str) -> str:
 # A message header every agent_jobs publisher stamps (epoch seconds, float): how old the oldest
 # message of a queue is, read at scrape time. Celery's own headers carry no send time.
 ENQUEUED_AT_HEADER = "aj-enqueued-at"
+# The `dispatch_uid` of its `before_task_publish` receiver (`obs.metrics.stamp_enqueued_at`).
+ENQUEUED_AT_RECEIVER = "agent_jobs.enqueued_at"
 
 
 def rejected_submission_id(message_id: str) -> str:

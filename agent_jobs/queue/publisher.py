@@ -11,10 +11,17 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis
-from celery import Celery
+from celery import Celery, signals
 from kombu.utils.uuid import uuid
 
-from agent_jobs.core.names import STEP_TASK, broker_sentinel_key, shared_queue, tenant_queue
+from agent_jobs.core.names import (
+    ENQUEUED_AT_RECEIVER,
+    STEP_TASK,
+    broker_sentinel_key,
+    shared_queue,
+    tenant_queue,
+)
+from agent_jobs.queue import step_message
 from agent_jobs.queue.carried_rows import CLAIM_HINT, CarriedRows
 from agent_jobs.queue.directory import TenantDirectory
 from agent_jobs.queue.gate import GatedDispatcher
@@ -32,8 +39,12 @@ class CeleryPublisher:
     make later messages vanish — and so the publish declares nothing either.
 
     Every step publishes the next one, so this is on the hot path: one producer (and its broker
-    connection) per process and thread, kept; the message built by Celery's own protocol code
-    (`app.amqp`), without `send_task`'s router, result object and producer-pool checkout.
+    connection) per process and thread, kept. On Redis the message is built directly
+    (`step_message`) and handed to the producer's channel, when nothing would tell the
+    difference: the app's protocol, serializer and options are the defaults that message
+    assumes, and no one but our enqueue stamp listens to the publish signals. Otherwise Celery's
+    own protocol code (`app.amqp`) builds and sends it, still without `send_task`'s router,
+    result object and producer-pool checkout.
     """
 
     def __init__(
@@ -54,6 +65,7 @@ class CeleryPublisher:
         # Set by the runtime when a tenant cap, fair share or the model cap is configured.
         self.gated: GatedDispatcher | None = None
         self._local = threading.local()
+        self._direct_conf: bool | None = None
 
     def publish(self, dispatch: Dispatch) -> None:
         if self.gated is not None:
@@ -94,6 +106,20 @@ class CeleryPublisher:
             )
 
     def _send_step(self, task_id: str, queue: str, carried: dict[str, Any] | None = None) -> None:
+        channel = self._direct_channel()
+        if channel is not None:
+            built = step_message.message(
+                task_id, carried, queue, origin=self._origin(), enqueued_at=time.time()
+            )
+            try:
+                channel._put(queue, built)
+                return
+            except Exception:
+                # Celery's path below retries a broker error by its publish policy. Should the
+                # push have landed anyway, the step runs once: a duplicate message finds the
+                # task claimed or moved on.
+                log.warning("publishing %s directly failed; retrying via Celery", task_id)
+                self._drop_producer()
         amqp = self.app.amqp
         message = amqp.create_task_message(
             uuid(),
@@ -112,6 +138,23 @@ class CeleryPublisher:
         amqp.send_task_message(
             self._producer(), STEP_TASK, message, queue=queue, exchange="", declare=[]
         )
+
+    def _direct_channel(self) -> Any:
+        """The producer's channel, when a step message may be built directly and handed to it
+        (see the class docstring), else None."""
+        if self._direct_conf is None:
+            conf = self.app.conf
+            self._direct_conf = (
+                conf.task_protocol == 2
+                and conf.task_serializer == "json"
+                and not conf.task_compression
+                and not conf.task_send_sent_event
+                and conf.task_default_delivery_mode in (2, "persistent")
+            )
+        if not self._direct_conf or not _only_our_publish_signals():
+            return None
+        channel = self._producer().channel
+        return channel if isinstance(channel, _redis_channel()) else None
 
     def _origin(self) -> str:
         origin: str | None = getattr(self._local, "origin", None)
@@ -138,6 +181,22 @@ class CeleryPublisher:
                 producer.connection.release()
             except Exception:
                 log.debug("releasing a failed producer's connection", exc_info=True)
+
+
+def _only_our_publish_signals() -> bool:
+    """Whether nothing but our enqueue stamp (`obs.metrics.stamp_enqueued_at`, which
+    `step_message` applies itself) listens to Celery's publish signals."""
+    return (
+        all(key[0] == ENQUEUED_AT_RECEIVER for key, _ in signals.before_task_publish.receivers)
+        and not signals.after_task_publish.receivers
+        and not signals.task_sent.receivers
+    )
+
+
+def _redis_channel() -> type:
+    from kombu.transport.redis import Channel  # noqa: PLC0415 - needs redis-py
+
+    return Channel
 
 
 class RedisBrokerProbe:

@@ -17,6 +17,7 @@ from celery.signals import beat_init, worker_init
 
 from agent_jobs.config import Settings, settings
 from agent_jobs.core.errors import ConfigError
+from agent_jobs.core.names import ENQUEUED_AT_RECEIVER
 from agent_jobs.gateway.slots import ModelSlots, model_slots_for
 from agent_jobs.ops.live import start_process_switches
 from agent_jobs.orchestrator.ports import BrokerProbe, FreshInProcessBroker, NeverLost, Observer
@@ -95,9 +96,7 @@ def build_runtime(
 
     # Metrics: the Prometheus observer unless the caller brings one, and an enqueue-time stamp
     # on every message this process publishes (queue age at scrape time; see obs/queues.py).
-    before_task_publish.connect(
-        stamp_enqueued_at, weak=False, dispatch_uid="agent_jobs.enqueued_at"
-    )
+    before_task_publish.connect(stamp_enqueued_at, weak=False, dispatch_uid=ENQUEUED_AT_RECEIVER)
     store = Store.from_url(cfg.database_url)
     # Exports each ended task's trace when the OTEL_* variables ask for it.
     observer = traced(observer or PrometheusObserver(), store)

@@ -49,7 +49,10 @@ class StoreBase:
             finally:
                 if conn.in_transaction():
                     conn.rollback()  # SQLAlchemy's bookkeeping only: nothing is open
-                dbapi.autocommit = False  # type: ignore[union-attr]
+                # A connection found dead was invalidated and closed: there is no flag to put
+                # back, and trying would hide the error that killed it.
+                if not conn.invalidated and not dbapi.closed:  # type: ignore[union-attr]
+                    dbapi.autocommit = False  # type: ignore[union-attr]
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -12,7 +12,7 @@ from agent_jobs.core.errors import ConfigError
 from agent_jobs.core.text import clean_text, to_json
 
 
-def _clean_params(params: Any) -> Any:
+def clean_params(params: Any) -> Any:
     """The content rule (core.text) for text columns: NUL and lone surrogates in a string
     parameter become U+FFFD, so no value from outside can make the database refuse a write.
     JSON columns are cleaned by the engine's serializer (`to_json`)."""
@@ -26,17 +26,25 @@ def _clean_params(params: Any) -> Any:
                     out[k] = c
         return params if out is None else out
     if isinstance(params, (list, tuple)):
-        items = [_clean_params(p) if isinstance(p, (dict, list, tuple)) else p for p in params]
+        items = [clean_params(p) if isinstance(p, (dict, list, tuple)) else p for p in params]
         items = [clean_text(p) if isinstance(p, str) else p for p in items]
         return type(params)(items) if isinstance(params, tuple) else items
     return params
 
 
+def _content_rule(*args: Any) -> tuple[str, Any]:
+    # (conn, cursor, statement, parameters, context, executemany)
+    return args[2], clean_params(args[3])
+
+
+def is_content_rule(listener: Any) -> bool:
+    """Whether a `before_cursor_execute` listener is the content rule's (`store.prepared`
+    applies the rule itself when it runs a statement on the driver's cursor)."""
+    return listener is _content_rule
+
+
 def _install_content_rule(engine: Engine) -> None:
-    @event.listens_for(engine, "before_cursor_execute", retval=True)
-    def _clean(*args: Any) -> tuple[str, Any]:
-        # (conn, cursor, statement, parameters, context, executemany)
-        return args[2], _clean_params(args[3])
+    event.listen(engine, "before_cursor_execute", _content_rule, retval=True)
 
 
 def make_engine(url: str, *, pool_size: int = 5) -> Engine:

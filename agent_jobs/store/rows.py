@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from sqlalchemy import Row
 
 from agent_jobs.core.contracts import ApprovalView, EffectView, EventView, TaskView
 from agent_jobs.core.states import Status, display_status
+
+
+class RowLike(Protocol):
+    """What the store reads of a result row: SQLAlchemy's `Row`, or `prepared.RawRow`."""
+
+    @property
+    def _mapping(self) -> Mapping[Any, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,7 @@ class TaskRow:
         )
 
 
-def task_from_row(row: Row[Any]) -> TaskRow:
+def task_from_row(row: RowLike) -> TaskRow:
     m = row._mapping
     return TaskRow(
         id=m["id"],

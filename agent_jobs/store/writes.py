@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, insert, select, text, update
+from sqlalchemy import Connection, insert, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agent_jobs.core.errors import ApprovalError, StaleTransition
@@ -19,7 +19,7 @@ from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import RUNNABLE, check_transition
 from agent_jobs.core.text import to_json
 from agent_jobs.store import prepared
-from agent_jobs.store.rows import Dispatch, PendingEvent, TaskRow, task_from_row
+from agent_jobs.store.rows import Dispatch, PendingEvent, RowLike, TaskRow, task_from_row
 from agent_jobs.store.schema import approvals, dead_letters, effects, task_events, tasks
 from agent_jobs.store.types import db_now, db_now_plus
 
@@ -238,7 +238,7 @@ def _cas_postgres(
     lean: bool = False,
     unheld: bool = False,
     events: Sequence[PendingEvent] = (),
-) -> Row[Any] | None:
+) -> RowLike | None:
     if unheld:
         chosen, plain = _PG_CAS_UNHELD_PREPARED, _PG_CAS_UNHELD
     elif lean:
@@ -285,7 +285,7 @@ def _cas_generic(
     lean: bool = False,
     unheld: bool = False,
     events: Sequence[PendingEvent] = (),
-) -> Row[Any] | None:
+) -> RowLike | None:
     """The same compare-and-set as statements of their own (SQLite has no data-modifying
     CTEs): the guarded UPDATE, which reserves the events' numbers, then the held events and the
     transition's own, as the Postgres statement numbers them."""
