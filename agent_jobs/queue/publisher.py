@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -193,8 +194,10 @@ def _only_our_publish_signals() -> bool:
     )
 
 
+@functools.cache
 def _redis_channel() -> type:
-    from kombu.transport.redis import Channel  # noqa: PLC0415 - needs redis-py
+    """kombu's Redis channel class (imported on first use: the module needs redis-py)."""
+    from kombu.transport.redis import Channel  # noqa: PLC0415
 
     return Channel
 
