@@ -12,8 +12,8 @@ result, the `Row`) costs more CPU than psycopg2's own `execute` for these statem
 rule, which this module applies itself), `EXECUTE` runs on the driver's cursor and the row comes
 back as a `RawRow` with the columns' own result processing; errors still reach the caller as
 SQLAlchemy's, through the connection's own handling (a lost connection is invalidated). A
-listener (a test injecting a failure, OpenTelemetry's SQLAlchemy instrumentation) sees every
-statement, because then the statement runs through SQLAlchemy.
+listener (a test injecting a failure, OpenTelemetry's SQLAlchemy instrumentation) and SQL
+logging (`echo`) see every statement, because then the statement runs through SQLAlchemy.
 
 A prepared statement lives as long as its session, and `PREPARE` is not undone by a rollback, so
 a flag in the connection's `info` (which SQLAlchemy clears when the connection is replaced)
@@ -25,6 +25,7 @@ statements instead.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ _INFO_KEY = "agent_jobs_prepared"
 _NO_SUCH_STATEMENT = "26000"  # invalid_sql_statement_name
 _EXECUTE = re.compile(r"\s*(?:EXECUTE|PREPARE)\s+(\w+)")
 _BY_NAME: dict[str, Prepared] = {}
+_SQL_LOG = logging.getLogger("sqlalchemy.engine.Engine")  # the logger SQLAlchemy logs SQL to
 _PROCESSORS: dict[str, Sequence[tuple[str, Callable[[Any], Any]]]] = {}
 
 
@@ -93,10 +95,11 @@ def execute(
     return conn.execute(plain, values)
 
 
-def _listened(conn: Connection) -> bool:
-    """Whether anything but the content rule listens to this connection's cursor events."""
+def _observed(conn: Connection) -> bool:
+    """Whether anything but the content rule listens to this connection's cursor events, or
+    SQLAlchemy would log its statements (`echo`, or its logger at INFO)."""
     dispatch = conn.dispatch
-    if dispatch.after_cursor_execute:
+    if dispatch.after_cursor_execute or conn.engine.echo or _SQL_LOG.isEnabledFor(logging.INFO):
         return True
     return any(not is_content_rule(fn) for fn in dispatch.before_cursor_execute)
 
@@ -134,7 +137,7 @@ class Prepared:
             conn.exec_driver_sql(self.prepare_sql)
             done.add(self.name)
         try:
-            if _listened(conn) or not _in_transaction(conn):
+            if _observed(conn) or not _in_transaction(conn):
                 return conn.execute(self.statement, values)
             return self._run_on_cursor(conn, values)
         except DBAPIError as exc:

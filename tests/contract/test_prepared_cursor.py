@@ -6,6 +6,7 @@ listener must still see every statement."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC
 from typing import Any
 
@@ -121,3 +122,14 @@ def test_the_content_rule_cleans_what_the_cursor_writes(
     assert row is not None
     assert row._mapping["lease_owner"] == clean_text(owner)
     assert pg_store.get(task_id).lease_owner == clean_text(owner)
+
+
+def test_sql_logging_sees_every_prepared_statement(
+    pg_store: Store, tenant: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    task_id = _task(pg_store, tenant)
+    log = caplog.at_level(logging.INFO, logger="sqlalchemy.engine.Engine")
+    with log, pg_store.autocommit() as conn:
+        result = prepared.execute(conn, _CLAIMABLE_ROW_PREPARED, _CLAIMABLE_ROW, {"p_id": task_id})
+        assert not isinstance(result, prepared.RawResult)
+    assert any("EXECUTE aj_claimable_row" in r.getMessage() for r in caplog.records)

@@ -18,7 +18,6 @@ from typing import Any
 
 from agent_jobs.config import settings
 from agent_jobs.core.contracts import Action
-from agent_jobs.core.copies import deep_copy
 from agent_jobs.core.errors import InvalidInput
 from agent_jobs.core.hashing import derive_idempotency_key
 from agent_jobs.core.text import for_log
@@ -86,8 +85,9 @@ class ToolPinBroken(Exception):
 
 def decide(services: RefundServices, inp: wf.StepInput) -> wf.StepDecision:
     """One durable step of the RUNNING phases (see the module doc)."""
-    state = deep_copy(inp.state)
-    state.pop("runtime", None)  # the orchestrator's; it puts its own copy back
+    # `inp.state` is this step's own copy (`StepInput`): a shallow one is enough to drop the
+    # orchestrator's part without touching what the caller handed in.
+    state = {k: v for k, v in inp.state.items() if k != "runtime"}  # it puts its own back
     try:
         return _decide(Ctx(services, inp, state))
     except ToolPinBroken as exc:
