@@ -115,11 +115,16 @@ class CeleryPublisher:
             try:
                 channel._put(queue, built)
                 return
-            except Exception:
+            except Exception as exc:
                 # Celery's path below retries a broker error by its publish policy. Should the
                 # push have landed anyway, the step runs once: a duplicate message finds the
                 # task claimed or moved on.
-                log.warning("publishing %s directly failed; retrying via Celery", task_id)
+                log.warning(
+                    "publishing a step for %s directly failed (%s: %s); sending it via Celery",
+                    task_id,
+                    type(exc).__name__,
+                    exc,
+                )
                 self._drop_producer()
         amqp = self.app.amqp
         message = amqp.create_task_message(

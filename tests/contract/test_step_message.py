@@ -132,7 +132,10 @@ def test_a_foreign_publish_receiver_gets_celerys_path(publisher: Any, broker: re
 
 
 def test_a_failed_direct_push_is_sent_through_celery_once(
-    publisher: Any, broker: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    publisher: Any,
+    broker: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     channel = publisher._direct_channel()
     assert channel is not None
@@ -145,3 +148,4 @@ def test_a_failed_direct_push_is_sent_through_celery_once(
     publisher._send_step("t-2", queue, {"claim": 1})
     message = _pop(broker, queue)
     assert _comparable(message)["body"][0] == ["t-2", {"claim": 1}]
+    assert "ConnectionError: refused" in caplog.text  # the operator sees why
