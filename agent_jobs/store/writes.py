@@ -325,16 +325,30 @@ def _cas_generic(
     if row is None:
         return None
     seq = int(row._mapping["event_seq"])
-    now = time.monotonic()
-    for i, e in enumerate(events):
-        _insert_event(
-            conn, task.id, seq - len(events) + i, e.type, task.status.value, None, e.data,
-            task.trace_id, ago_s=max(0.0, now - e.at),
-        )  # fmt: skip
+    _insert_held(conn, task.id, seq - 1, events, task.status.value, task.trace_id)
     _insert_event(
         conn, task.id, seq, patch.event, task.status.value, patch.to.value, data, task.trace_id
     )
     return row
+
+
+def _insert_held(  # noqa: PLR0917 - the rows' shared columns
+    conn: Connection,
+    task_id: str,
+    last_seq: int,
+    events: Sequence[PendingEvent],
+    from_status: str,
+    trace_id: str,
+) -> None:
+    """`events`, numbered up to `last_seq` (reserved on the row by the caller), each dated when
+    it happened: SQLite's statements for what Postgres's CTEs insert from `held_events`."""
+    now = time.monotonic()
+    first = last_seq - len(events) + 1
+    for i, e in enumerate(events):
+        _insert_event(
+            conn, task_id, first + i, e.type, from_status, None, e.data, trace_id,
+            ago_s=max(0.0, now - e.at),
+        )  # fmt: skip
 
 
 def _insert_event(  # noqa: PLR0917 - one row's columns, in the table's order
@@ -470,21 +484,9 @@ def append_event(
     conn: Connection, task_id: str, type_: str, data: dict[str, Any], *, ago_s: float = 0.0
 ) -> None:
     """Append an event that changes no status (audit records, late results, decisions), dated
-    `ago_s` seconds before the database's clock. On Postgres one statement (`_PG_EVENTS`)."""
-    if conn.dialect.name == "postgresql":
-        if not append_pending(conn, task_id, [PendingEvent(type_, data, time.monotonic() - ago_s)]):
-            raise LookupError(task_id)
-        return
-    row = conn.execute(
-        update(tasks)
-        .where(tasks.c.id == task_id)
-        .values(event_seq=tasks.c.event_seq + 1)
-        .returning(tasks.c.event_seq, tasks.c.trace_id, tasks.c.status)
-    ).first()
-    if row is None:
+    `ago_s` seconds before the database's clock: `append_pending` with one event."""
+    if not append_pending(conn, task_id, [PendingEvent(type_, data, time.monotonic() - ago_s)]):
         raise LookupError(task_id)
-    seq, trace_id, current = row
-    _insert_event(conn, task_id, int(seq), type_, current, None, data, trace_id, ago_s=ago_s)
 
 
 # Several events in one statement: the sequence numbers reserved on the row, the rows inserted
@@ -518,16 +520,24 @@ def held_events(events: Sequence[PendingEvent]) -> str:
 def append_pending(conn: Connection, task_id: str, events: Sequence[PendingEvent]) -> bool:
     """Write held events, in order, dated when they happened: those of a step that ends without
     a commit of its own (a step that commits writes its events inside its compare-and-set).
-    On Postgres one statement, False when the task is not there; on SQLite one event at a time
-    (`LookupError` when the task is not there)."""
+    Their numbers are reserved on the row, then the rows written: on Postgres in one statement,
+    False when the task is not there; on SQLite the same two steps (`LookupError` when the task
+    is not there)."""
     if not events:
         return True
     if conn.dialect.name == "postgresql":
         params = {"id": task_id, "k": len(events), "events": held_events(events)}
         return conn.execute(_PG_EVENTS, params).rowcount == len(events)
-    now = time.monotonic()
-    for e in events:
-        append_event(conn, task_id, e.type, e.data, ago_s=max(0.0, now - e.at))
+    row = conn.execute(
+        update(tasks)
+        .where(tasks.c.id == task_id)
+        .values(event_seq=tasks.c.event_seq + len(events))
+        .returning(tasks.c.event_seq, tasks.c.trace_id, tasks.c.status)
+    ).first()
+    if row is None:
+        raise LookupError(task_id)
+    last_seq, trace_id, status = row
+    _insert_held(conn, task_id, int(last_seq), events, status, trace_id)
     return True
 
 
