@@ -65,6 +65,15 @@ class Action(Frozen):
     idempotency_key: str
     side_effect: Literal["none", "idempotent", "keyed"] = "keyed"
 
+    @field_validator("args")
+    @classmethod
+    def _content(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # The content rule where an action is made (from a model's proposal, a tool's answer, a
+        # request): the action hashed, approved, stored and sent is the cleaned one. A lone
+        # surrogate left in would make the hash itself fail (UTF-8 cannot spell it).
+        cleaned: dict[str, Any] = clean_json(v)
+        return cleaned
+
     @property
     def action_hash(self) -> str:
         return compute_action_hash(self.tool, self.tool_version, self.args)
