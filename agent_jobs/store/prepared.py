@@ -112,6 +112,13 @@ class Prepared:
     body: str
     params: tuple[tuple[str, str], ...]  # (bind name, SQL type), in $n order
     columns: tuple[Column[Any], ...] = ()
+    source: str = ""  # the statement with its `:name` binds, as written
+
+    @cached_property
+    def plain(self) -> Executable:
+        """The statement as written, run as text: what `AGENT_JOBS_PG_PREPARE=0` runs."""
+        stmt = text(self.source)
+        return stmt.columns(*self.columns) if self.columns else stmt
 
     @property
     def prepare_sql(self) -> str:
@@ -209,7 +216,9 @@ def from_text(
     body = re.sub(r"(?<![:\w]):(\w+)", number, sql)
     if name in _BY_NAME:
         raise ValueError(f"prepared statement {name!r} defined twice")
-    made = _BY_NAME[name] = Prepared(name, body, tuple((b, types[b]) for b in order), columns)
+    made = _BY_NAME[name] = Prepared(
+        name, body, tuple((b, types[b]) for b in order), columns, source=sql
+    )
     return made
 
 

@@ -226,7 +226,7 @@ def effect_from_row(row: Row[Any]) -> EffectView:
     )
 
 
-def approval_from_row(row: Row[Any]) -> ApprovalView:
+def approval_from_row(row: RowLike) -> ApprovalView:
     m = row._mapping
     return ApprovalView(
         approval_id=m["id"],

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime
+from sqlalchemy import JSON, Boolean, DateTime
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
@@ -85,3 +85,30 @@ def _sqlite_now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> 
         "strftime('%Y-%m-%d %H:%M:%f000', 'now', "
         f"printf('%+.6f seconds', {compiler.process(seconds, **kw)}))"
     )
+
+
+class commits_without_flush(expression.ColumnElement[bool]):
+    """A condition that is always true and, on Postgres, lets the statement's transaction commit
+    without waiting for its WAL to reach the disk (`synchronous_commit` off for that
+    transaction only). For a claim alone: a lease is a soft lock that a crash may lose like any
+    other. What a lost claim guarded is lost with it (a model call or a read runs again; an
+    effect only ever follows the intent's own commit, which is synchronous and flushes every
+    earlier record, the claim's included), and the step's commit, fenced on the claimed epoch
+    and owner, fails. Every transition still waits for its flush."""
+
+    type = Boolean()
+    inherit_cache = True
+
+
+@compiles(commits_without_flush, "postgresql")
+def _pg_commits_without_flush(
+    element: commits_without_flush, compiler: SQLCompiler, **kw: Any
+) -> str:
+    return "set_config('synchronous_commit', 'off', true) = 'off'"
+
+
+@compiles(commits_without_flush)
+def _other_commits_without_flush(
+    element: commits_without_flush, compiler: SQLCompiler, **kw: Any
+) -> str:
+    return "1 = 1"

@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from agent_jobs.core.errors import ApprovalError, StaleTransition
 from agent_jobs.core.identity import principal
-from agent_jobs.core.patch import Patch
+from agent_jobs.core.patch import ApprovalUse, Patch
 from agent_jobs.core.states import RUNNABLE, check_transition
 from agent_jobs.core.text import to_json
 from agent_jobs.store import prepared
@@ -379,32 +379,119 @@ def _insert_event(  # noqa: PLR0917 - one row's columns, in the table's order
     )
 
 
+# The effect and approval records of a step's commit, on Postgres: prepared like the CAS they
+# ride with, so a step that records an intent or asks for an approval pays no statement
+# compilation (SQLAlchemy's Core path costs about 0.3 ms of CPU each). SQLite runs the same
+# statements through SQLAlchemy Core below.
+_PG_EFFECT_INTENT = prepared.from_text(
+    "aj_effect_intent",
+    """
+INSERT INTO effects (task_id, idempotency_key, tool, tool_version, action_hash, status, attempts,
+                     result, created_at, updated_at)
+VALUES (:task_id, :key, :tool, :tool_version, :action_hash, 'intent', 1, CAST('null' AS jsonb),
+        now(), now())
+ON CONFLICT (task_id, idempotency_key) DO NOTHING
+RETURNING task_id
+""",
+    {
+        "task_id": "varchar",
+        "key": "varchar",
+        "tool": "varchar",
+        "tool_version": "varchar",
+        "action_hash": "varchar",
+    },
+    (effects.c.task_id,),
+)
+_PG_EFFECT_OUTCOME = prepared.from_text(
+    "aj_effect_outcome",
+    """
+UPDATE effects SET status = :status, result = CAST(:result AS jsonb), updated_at = now()
+WHERE task_id = :task_id AND idempotency_key = :key
+""",
+    {"status": "varchar", "result": "jsonb", "task_id": "varchar", "key": "varchar"},
+)
+_PG_APPROVAL_REQUEST = prepared.from_text(
+    "aj_approval_request",
+    """
+INSERT INTO approvals (id, task_id, tenant_id, tool, tool_version, args, action_hash,
+                       policy_version, requester, requester_principal, approver, status, reason,
+                       created_at, expires_at, decided_at, used_at)
+VALUES (:id, :task_id, :tenant_id, :tool, :tool_version, CAST(:args AS jsonb), :action_hash,
+        :policy_version, :requester, :requester_principal, NULL, 'pending', :reason,
+        now(), now() + make_interval(secs => :ttl), NULL, NULL)
+""",
+    {
+        "id": "varchar",
+        "task_id": "varchar",
+        "tenant_id": "varchar",
+        "tool": "varchar",
+        "tool_version": "varchar",
+        "args": "jsonb",
+        "action_hash": "varchar",
+        "policy_version": "varchar",
+        "requester": "varchar",
+        "requester_principal": "varchar",
+        "reason": "varchar",
+        "ttl": "double precision",
+    },
+)
+# Single use, unexpired, granted: checked by the database in the intent's transaction.
+_PG_APPROVAL_USED = prepared.from_text(
+    "aj_approval_used",
+    """
+UPDATE approvals SET status = 'used', used_at = now()
+WHERE id = :id AND task_id = :task_id AND status = 'granted' AND used_at IS NULL
+  AND expires_at > now()
+RETURNING id
+""",
+    {"id": "varchar", "task_id": "varchar"},
+    (approvals.c.id,),
+)
+_PG_APPROVAL_CLOSED = prepared.from_text(
+    "aj_approval_closed",
+    """
+UPDATE approvals SET status = :status
+WHERE id = :id AND task_id = :task_id AND status IN ('pending', 'granted')
+RETURNING id
+""",
+    {"status": "varchar", "id": "varchar", "task_id": "varchar"},
+    (approvals.c.id,),
+)
+
+
 def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:
     eff = patch.effect
     if eff is None:
         return
     action = eff.action
+    pg = conn.dialect.name == "postgresql"
+    key = {"task_id": task_id, "key": action.idempotency_key}
     if eff.status == "intent":
         # Intent before effect (invariant 3). The first intent for a key inserts its row (one
         # statement: `ON CONFLICT DO NOTHING` says whether it was there). A retry after
         # "reconcile found nothing" reuses the row and its key; the action must be the very same.
-        inserted = conn.execute(
-            insert_ignore(conn.dialect.name, effects)
-            .values(
-                task_id=task_id,
-                idempotency_key=action.idempotency_key,
-                tool=action.tool,
-                tool_version=action.tool_version,
-                action_hash=action.action_hash,
-                status="intent",
-                attempts=1,
-                result=None,
-                created_at=db_now(),
-                updated_at=db_now(),
-            )
-            .on_conflict_do_nothing(index_elements=["task_id", "idempotency_key"])
-            .returning(effects.c.task_id)
-        ).first()
+        named = {"tool": action.tool, "tool_version": action.tool_version}
+        if pg:
+            values = {**key, **named, "action_hash": action.action_hash}
+            stmt = _PG_EFFECT_INTENT
+            inserted = prepared.execute(conn, stmt, stmt.plain, values).first()
+        else:
+            inserted = conn.execute(
+                insert_ignore(conn.dialect.name, effects)
+                .values(
+                    task_id=task_id,
+                    idempotency_key=action.idempotency_key,
+                    **named,
+                    action_hash=action.action_hash,
+                    status="intent",
+                    attempts=1,
+                    result=None,
+                    created_at=db_now(),
+                    updated_at=db_now(),
+                )
+                .on_conflict_do_nothing(index_elements=["task_id", "idempotency_key"])
+                .returning(effects.c.task_id)
+            ).first()
         if inserted is not None:
             return
         existing = conn.execute(
@@ -426,6 +513,10 @@ def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:
             .values(status="intent", attempts=effects.c.attempts + 1, updated_at=db_now())
         )
         return
+    if pg:
+        values = {**key, "status": eff.status, "result": to_json(eff.result)}
+        prepared.execute(conn, _PG_EFFECT_OUTCOME, _PG_EFFECT_OUTCOME.plain, values)
+        return
     conn.execute(
         update(effects)
         .where(
@@ -436,35 +527,58 @@ def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:
 
 
 def _write_approval(conn: Connection, task: TaskRow, patch: Patch) -> None:
+    pg = conn.dialect.name == "postgresql"
     req = patch.approval_request
     if req is not None:
-        conn.execute(
-            insert(approvals).values(
-                id=req.approval_id,
-                task_id=task.id,
-                tenant_id=task.tenant_id,
-                tool=req.action.tool,
-                tool_version=req.action.tool_version,
-                args=req.action.args,
-                action_hash=req.action.action_hash,
-                policy_version=req.policy_version,
-                requester=req.requester,
-                requester_principal=principal(req.requester),
-                approver=None,
-                status="pending",
-                reason=req.reason[:500],
-                created_at=db_now(),
-                expires_at=db_now_plus(req.ttl_s),
-                decided_at=None,
-                used_at=None,
+        values: dict[str, Any] = {
+            "id": req.approval_id,
+            "task_id": task.id,
+            "tenant_id": task.tenant_id,
+            "tool": req.action.tool,
+            "tool_version": req.action.tool_version,
+            "action_hash": req.action.action_hash,
+            "policy_version": req.policy_version,
+            "requester": req.requester,
+            "requester_principal": principal(req.requester),
+            "reason": req.reason[:500],
+        }
+        if pg:
+            values |= {"args": to_json(req.action.args), "ttl": req.ttl_s}
+            stmt = _PG_APPROVAL_REQUEST
+            prepared.execute(conn, stmt, stmt.plain, values)
+        else:
+            conn.execute(
+                insert(approvals).values(
+                    **values,
+                    args=req.action.args,
+                    approver=None,
+                    status="pending",
+                    created_at=db_now(),
+                    expires_at=db_now_plus(req.ttl_s),
+                    decided_at=None,
+                    used_at=None,
+                )
             )
-        )
     use = patch.approval_use
     if use is None:
         return
+    if pg:
+        values = {"id": use.approval_id, "task_id": task.id}
+        if use.status == "used":
+            stmt = _PG_APPROVAL_USED
+        else:
+            stmt, values = _PG_APPROVAL_CLOSED, {**values, "status": use.status}
+        done = prepared.execute(conn, stmt, stmt.plain, values).first()
+    else:
+        done = conn.execute(_approval_use(task, use)).first()
+    if done is None and use.status == "used":
+        raise ApprovalError(use.approval_id, "no longer usable (used, expired or not granted)")
+
+
+def _approval_use(task: TaskRow, use: ApprovalUse) -> Any:
+    """SQLite's form of `_PG_APPROVAL_USED` and `_PG_APPROVAL_CLOSED`."""
     guard = (approvals.c.id == use.approval_id) & (approvals.c.task_id == task.id)
     if use.status == "used":
-        # Single use, unexpired, granted: checked by the database in the intent's transaction.
         guard = (
             guard
             & (approvals.c.status == "granted")
@@ -475,9 +589,7 @@ def _write_approval(conn: Connection, task: TaskRow, patch: Patch) -> None:
     else:
         guard = guard & approvals.c.status.in_(("pending", "granted"))
         values = {"status": use.status}
-    done = conn.execute(update(approvals).where(guard).values(**values).returning(approvals.c.id))
-    if done.first() is None and use.status == "used":
-        raise ApprovalError(use.approval_id, "no longer usable (used, expired or not granted)")
+    return update(approvals).where(guard).values(**values).returning(approvals.c.id)
 
 
 def append_event(
@@ -490,8 +602,11 @@ def append_event(
 
 
 # Several events in one statement: the sequence numbers reserved on the row, the rows inserted
-# from a JSON array (`held_events`), each dated `ago` seconds before the database's clock.
-_PG_EVENTS = text("""
+# from a JSON array (`held_events`), each dated `ago` seconds before the database's clock. All
+# of them or, when the task is not there, none: the first returned number says which.
+_PG_EVENTS = prepared.from_text(
+    "aj_events",
+    """
 WITH u AS (
   UPDATE tasks SET event_seq = event_seq + :k
   WHERE id = :id
@@ -502,7 +617,11 @@ SELECT :id, u.event_seq - :k + x.n, x.type, u.status, NULL, x.data, u.trace_id,
        now() - make_interval(secs => x.ago)
 FROM u, jsonb_to_recordset(CAST(:events AS jsonb))
   AS x(n integer, type varchar, data jsonb, ago double precision)
-""")
+RETURNING seq
+""",
+    {"k": "integer", "id": "varchar", "events": "jsonb"},
+    (task_events.c.seq,),
+)
 
 
 def held_events(events: Sequence[PendingEvent]) -> str:
@@ -527,7 +646,7 @@ def append_pending(conn: Connection, task_id: str, events: Sequence[PendingEvent
         return True
     if conn.dialect.name == "postgresql":
         params = {"id": task_id, "k": len(events), "events": held_events(events)}
-        return conn.execute(_PG_EVENTS, params).rowcount == len(events)
+        return prepared.execute(conn, _PG_EVENTS, _PG_EVENTS.plain, params).first() is not None
     row = conn.execute(
         update(tasks)
         .where(tasks.c.id == task_id)

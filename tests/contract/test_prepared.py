@@ -6,16 +6,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, select
 from sqlalchemy.exc import DBAPIError
 
-from agent_jobs.core.contracts import TaskRequest
+from agent_jobs.core.contracts import Action, TaskRequest
+from agent_jobs.core.patch import EffectWrite, Patch
+from agent_jobs.core.states import Status
 from agent_jobs.store import Store, prepared
+from agent_jobs.store.schema import approvals, effects
 from agent_jobs.testing import TEST_SETTINGS, Harness
 from agent_jobs.workflows import default_registry
+from tests.contract.support import action, claim, intent, new_task, park_for_approval, running
 
 
 @contextmanager
@@ -132,3 +138,92 @@ def test_a_statement_deallocated_behind_its_back_is_prepared_again(
         pg_store.peek_claimable(conn, task_id)
     with pg_store.tx() as conn:
         assert pg_store.peek_claimable(conn, task_id) is not None
+
+
+def _approval_and_effect(store: Store, tenant: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An action parked for approval (with a NUL and a lone surrogate in its reason and args:
+    the content rule cleans what either path writes), granted, used by its intent, then
+    committed: the approval's and the effect's rows as those four statements leave them."""
+    base = action(key=f"refund:{tenant}:pay_1")
+    act = Action(**{**base.model_dump(), "args": {**base.args, "note": "a\x00b\ud800c"}})
+    lease = running(store, tenant)
+    parked = park_for_approval(act, f"apr_{tenant}")
+    parked = replace(
+        parked,
+        approval_request=replace(parked.approval_request, reason="over\x00 the \ud800limit"),
+    )
+    store.commit(lease, parked)
+    store.decide_approval(f"apr_{tenant}", "usr_lead", grant=True)
+    lease = claim(store, lease.task_id)
+    lease = store.commit(lease, intent(act, f"apr_{tenant}")).lease
+    assert lease is not None
+    done = EffectWrite(act, "committed", {"refund_id": "rf_1", "odd": "\x00\ud800"})
+    store.commit(lease, Patch(to=Status.RUNNING, event="effect_committed", effect=done))
+    with store.tx() as conn:
+        approval = conn.execute(select(approvals).where(approvals.c.task_id == lease.task_id))
+        effect = conn.execute(select(effects).where(effects.c.task_id == lease.task_id))
+        rows = dict(approval.one()._mapping), dict(effect.one()._mapping)
+    for row in rows:
+        assert all(isinstance(v, datetime) for k, v in row.items() if k.endswith("_at") and v)
+        for k in ("id", "task_id", "tenant_id", "idempotency_key"):
+            row.pop(k, None)
+        for k in ("created_at", "updated_at", "expires_at", "decided_at", "used_at"):
+            row[k] = row.get(k) is not None
+    return rows
+
+
+def test_the_approval_and_effect_records_are_the_same_prepared_or_not(
+    pg_store: Store, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with statements(pg_store) as seen:
+        on = _approval_and_effect(pg_store, tenant)
+    ran = {s.split()[1].split("(")[0] for s in seen if s.startswith("EXECUTE")}
+    assert {"aj_approval_request", "aj_approval_used", "aj_effect_intent"} <= ran
+    assert "aj_effect_outcome" in ran
+    monkeypatch.setattr(prepared, "enabled", lambda: False)
+    with statements(pg_store) as seen:
+        off = _approval_and_effect(pg_store, tenant + "-off")
+    assert not any(s.startswith(("EXECUTE", "PREPARE")) for s in seen)
+    assert on == off
+    approval, effect = on
+    assert approval["status"] == "used" and approval["reason"] == "over\ufffd the \ufffdlimit"
+    assert approval["args"]["note"] == "a\ufffdb\ufffdc" and approval["requester_principal"]
+    assert effect["status"] == "committed" and effect["attempts"] == 1
+    assert effect["result"] == {"refund_id": "rf_1", "odd": "\ufffd\ufffd"}
+
+
+def test_the_clock_read_with_an_approval_is_the_databases(pg_store: Store, tenant: str) -> None:
+    lease = running(pg_store, tenant)
+    pg_store.commit(lease, park_for_approval(action(), f"apr_{tenant}"))
+    view, now = pg_store.approval_at_now(f"apr_{tenant}")
+    assert view.status == "pending" and view.expires_at > now >= view.created_at
+    assert now.utcoffset() == timedelta(0)
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["prepared", "plain"])
+def test_a_claim_alone_commits_without_waiting_for_the_disk(
+    pg_store: Store, tenant: str, on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim's transaction turns `synchronous_commit` off for itself only: the transaction
+    that commits the step's transition (and any other) still waits for its flush."""
+    monkeypatch.setattr(prepared, "enabled", lambda: on)
+
+    def setting(conn: Any) -> str:
+        return str(conn.exec_driver_sql("SHOW synchronous_commit").scalar_one())
+
+    with pg_store.tx() as conn:
+        default = setting(conn)
+    assert default != "off"
+    task_id = new_task(pg_store, tenant).id
+    with pg_store.tx() as conn:
+        lease = pg_store.claim_in(conn, task_id, "w-a:1", 30.0)
+        assert lease is not None and setting(conn) == "off"
+    with pg_store.tx() as conn:
+        assert setting(conn) == default
+    done = pg_store.commit(lease, Patch(to=Status.RUNNING, event="started", keep_lease=True))
+    assert done.lease is not None
+    with pg_store.tx() as conn:
+        assert setting(conn) == default
+        task = pg_store.peek_claimable(conn, task_id)
+    assert task is None  # leased: the claim landed, and so did the transition
+    assert pg_store.get(task_id).status is Status.RUNNING

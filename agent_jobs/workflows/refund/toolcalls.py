@@ -8,6 +8,7 @@ across the read threads).
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +27,23 @@ from agent_jobs.tools import (
 from agent_jobs.workflows.refund.wiring import RefundServices
 
 MAX_PARALLEL_READS = 4
+
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
+_pool_lock = threading.Lock()
+
+
+def _read_pool() -> ThreadPoolExecutor:
+    """The process's read threads, kept: starting threads for every step that reads in parallel
+    cost more CPU than the reads' own client work. At most `MAX_PARALLEL_READS` calls run at
+    once in a process (with one step at a time per process, as the workers run, that is the
+    bound per step). A forked child makes its own: threads do not survive a fork."""
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = ThreadPoolExecutor(MAX_PARALLEL_READS, thread_name_prefix="aj-reads")
+            _pool_pid = os.getpid()
+        return _pool
 
 
 class BufferedAudit:
@@ -97,11 +115,8 @@ def run_reads(
         outcome = executor.execute(ToolCall(tool=str(call["tool"]), args=args), ctx)
         return ReadResult(str(call["tool"]), args, outcome)
 
-    if len(calls) == 1:
-        results = [one(calls[0])]
-    else:
-        with ThreadPoolExecutor(max_workers=min(len(calls), MAX_PARALLEL_READS)) as pool:
-            results = list(pool.map(one, calls))
+    # One call runs on the step's own thread; several on the process's read threads.
+    results = [one(calls[0])] if len(calls) == 1 else list(_read_pool().map(one, calls))
     audit.flush(inp, scope)
     return results
 
