@@ -123,25 +123,6 @@ _ORJSON_STRICT = (
 )
 
 
-# A number token of 19 digits or more with no fraction or exponent: an integer that orjson may
-# read as a float (beyond 64 bits). A token stands after `:`, `[` or `,` (or first) and before
-# `,`, `]` or `}` (or last); a string that happens to look like that only takes the slower path.
-_LONG_INTEGER = re.compile(r"(?:^|[:\[,])\s*-?\d{19,}\s*(?:$|[,\]}])")
-
-
-def from_json(text: str) -> Any:
-    """`json.loads`, read by orjson where the two agree: how the database's JSON columns are read
-    (a task's state at every claim). They differ only on an integer beyond 64 bits (orjson reads
-    a float: an integer of 19 digits or more takes `json`'s path) and on a number beyond a
-    double (orjson refuses it): `json.loads` reads those, as it read every value before."""
-    if _LONG_INTEGER.search(text) is None:
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(text)
-
-
 def is_clean(value: Any) -> bool:
     """Whether `clean_json(value)` would change nothing."""
     return clean_json(value) is value

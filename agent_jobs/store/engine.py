@@ -9,7 +9,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.pool import NullPool
 
 from agent_jobs.core.errors import ConfigError
-from agent_jobs.core.text import clean_text, from_json, to_json
+from agent_jobs.core.text import clean_text, to_json
 
 
 def clean_params(params: Any) -> Any:
@@ -67,7 +67,6 @@ def make_engine(url: str, *, pool_size: int = 5) -> Engine:
             # One statement per round trip; the hot path is a handful of short transactions.
             connect_args={"application_name": f"agent_jobs:{os.getpid()}"},
             json_serializer=to_json,
-            json_deserializer=from_json,
         )
         _install_content_rule(engine)
         return engine
@@ -90,7 +89,6 @@ def _sqlite_engine(url: str) -> Engine:
     kwargs: dict[str, Any] = {
         "connect_args": {"check_same_thread": False, "timeout": 30},
         "json_serializer": to_json,
-        "json_deserializer": from_json,
     }
     if not memory:
         # A pool of file connections would hold write locks across checkouts; a fresh connection

@@ -22,7 +22,6 @@ from agent_jobs.core.text import (
     clean_json,
     clean_text,
     for_log,
-    from_json,
     to_json,
 )
 
@@ -129,28 +128,3 @@ def test_an_action_holds_its_args_cleaned_and_always_hashes(args: dict[str, obje
     assert made.action_hash.startswith("sha256:")
     again = Action(tool="refunds.create", tool_version="2", args=made.args, idempotency_key="k-1")
     assert again.action_hash == made.action_hash
-
-
-BIG = 2**90
-JSON_NUMBERS = (
-    st.integers() | st.integers(-BIG, BIG) | st.floats(allow_nan=False, allow_infinity=False)
-)
-JSON_TEXT = st.recursive(
-    st.none() | st.booleans() | JSON_NUMBERS | ANY_TEXT,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(ANY_TEXT, inner, max_size=4),
-    max_leaves=12,
-).flatmap(
-    # Postgres writes `{"a": 1, "b": [2]}`; compact and indented text must read the same.
-    lambda v: st.sampled_from([None, (",", ":"), (" , ", " :\n ")]).map(
-        lambda sep: json.dumps(v, allow_nan=False, separators=sep)
-    )
-)
-
-
-@given(JSON_TEXT | st.sampled_from(["1e400", "-1e400", "123456789012345678901234567890", "0.5"]))
-@settings(max_examples=300)
-def test_the_databases_json_is_read_as_json_loads_reads_it(text: str) -> None:
-    """The columns' reader (orjson where it agrees) gives exactly `json.loads`'s value: big
-    integers stay integers, numbers beyond a double are read, every string is kept."""
-    got, want = from_json(text), json.loads(text)
-    assert got == want and repr(got) == repr(want)
