@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Column, and_, bindparam, select, update
+from sqlalchemy import Column, Connection, and_, bindparam, select, update
 
 from agent_jobs.core.contracts import ApprovalView
 from agent_jobs.core.errors import ApprovalError, RecordNotFound, SelfApproval
 from agent_jobs.core.identity import principal, same_principal
 from agent_jobs.core.states import Status
-from agent_jobs.core.text import cut
+from agent_jobs.core.text import cut, to_json
 from agent_jobs.store import prepared
 from agent_jobs.store.base import StoreBase
 from agent_jobs.store.rows import Dispatch, approval_from_row
@@ -29,6 +30,50 @@ _PG_AT_NOW = prepared.from_text(
     "FROM approvals WHERE id = :id",
     {"id": "varchar"},
     (*approvals.c, _NOW),
+)
+
+
+# A decision on Postgres, in one statement on an autocommit connection: the approval decided
+# (pending, unexpired, and not by its requester's principal), its task woken if it waits in
+# APPROVAL_WAIT, and the decision's event appended, as the three statements of SQLite's path
+# below do in one transaction. The approval's foreign key keeps its task there, so the task's
+# UPDATE always finds the row when the approval's did.
+_DECIDE_COLUMNS = ", ".join(c.name for c in approvals.c)
+_PG_DECIDE = prepared.from_text(
+    "aj_decide_approval",
+    f"""
+WITH a AS (
+  UPDATE approvals SET status = :status, approver = :approver,
+         approver_principal = :approver_principal, decided_at = now()
+  WHERE id = :id AND status = 'pending' AND expires_at > now()
+    AND requester_principal <> :approver_principal
+  RETURNING {_DECIDE_COLUMNS}
+), t AS (
+  UPDATE tasks SET
+    event_seq = tasks.event_seq + 1,
+    next_attempt_at = CASE WHEN tasks.status = :waiting THEN now() ELSE tasks.next_attempt_at END,
+    dispatched_at = CASE WHEN tasks.status = :waiting THEN now() ELSE tasks.dispatched_at END
+  FROM a WHERE tasks.id = a.task_id
+  RETURNING tasks.id, tasks.tenant_id, tasks.event_seq, tasks.trace_id, tasks.status
+), e AS (
+  INSERT INTO task_events (task_id, seq, type, from_status, to_status, data, trace_id, at)
+  SELECT t.id, t.event_seq, :event, t.status, NULL, CAST(:data AS jsonb), t.trace_id, now()
+  FROM t
+)
+SELECT {", ".join(f"a.{c.name}" for c in approvals.c)}, t.tenant_id AS aj_tenant,
+       t.status = :waiting AS aj_woke
+FROM a LEFT JOIN t ON true
+""",
+    {
+        "status": "varchar",
+        "approver": "varchar",
+        "approver_principal": "varchar",
+        "id": "varchar",
+        "waiting": "varchar",
+        "event": "varchar",
+        "data": "jsonb",
+    },
+    tuple(approvals.c),
 )
 
 
@@ -103,6 +148,9 @@ class ApprovalStore(StoreBase):
         if same_principal(current.requester, approver):
             raise SelfApproval(approval_id)
         status = "granted" if grant else "denied"
+        data = {"approval_id": approval_id, "approver": approver, "note": cut(note, 200)}
+        if self.dialect == "postgresql":
+            return self._decide_pg(approval_id, approver, status, data)
         with self.tx() as conn:
             row = conn.execute(
                 update(approvals)
@@ -122,11 +170,7 @@ class ApprovalStore(StoreBase):
             ).first()
             if row is None:
                 # Read on this connection: on SQLite a second one would wait on our write lock.
-                fresh = conn.execute(
-                    select(approvals.c.status).where(approvals.c.id == approval_id)
-                ).scalar_one()
-                reason = f"already {fresh}" if fresh != "pending" else "expired before the decision"
-                raise ApprovalError(approval_id, reason)
+                raise ApprovalError(approval_id, _refusal(conn, approval_id))
             view = approval_from_row(row)
             woke = conn.execute(
                 update(tasks)
@@ -136,12 +180,38 @@ class ApprovalStore(StoreBase):
                 .values(next_attempt_at=db_now(), dispatched_at=db_now())
                 .returning(tasks.c.id, tasks.c.tenant_id)
             ).first()
-            append_event(
-                conn,
-                view.task_id,
-                f"approval_{status}",
-                {"approval_id": approval_id, "approver": approver, "note": cut(note, 200)},
-            )
+            append_event(conn, view.task_id, f"approval_{status}", data)
         # APPROVAL_WAIT's step always runs under a lease: its message says to claim at once.
         dispatch = Dispatch(woke[0], woke[1], claim=True) if woke is not None else None
         return DecisionResult(view, dispatch)
+
+    def _decide_pg(
+        self, approval_id: str, approver: str, status: str, data: dict[str, Any]
+    ) -> DecisionResult:
+        values = {
+            "status": status,
+            "approver": approver,
+            "approver_principal": principal(approver),
+            "id": approval_id,
+            "waiting": Status.APPROVAL_WAIT.value,
+            "event": f"approval_{status}",
+            "data": to_json(data),
+        }
+        with self.autocommit() as conn:
+            row = prepared.execute(conn, _PG_DECIDE, _PG_DECIDE.plain, values).first()
+            if row is None:
+                raise ApprovalError(approval_id, _refusal(conn, approval_id))
+        view = approval_from_row(row)
+        m = row._mapping
+        if m["aj_tenant"] is None:  # the foreign key makes this impossible; never silent
+            raise LookupError(view.task_id)
+        # APPROVAL_WAIT's step always runs under a lease: its message says to claim at once.
+        woke = Dispatch(view.task_id, m["aj_tenant"], claim=True) if m["aj_woke"] else None
+        return DecisionResult(view, woke)
+
+
+def _refusal(conn: Connection, approval_id: str) -> str:
+    """Why a decision found nothing to decide: already decided, or expired."""
+    fresh = conn.execute(select(approvals.c.status).where(approvals.c.id == approval_id))
+    status = fresh.scalar_one()
+    return f"already {status}" if status != "pending" else "expired before the decision"

@@ -153,7 +153,11 @@ def _approval_and_effect(store: Store, tenant: str) -> tuple[dict[str, Any], dic
         approval_request=replace(parked.approval_request, reason="over\x00 the \ud800limit"),
     )
     store.commit(lease, parked)
-    store.decide_approval(f"apr_{tenant}", "usr_lead", grant=True)
+    store.decide_approval(f"apr_{tenant}", "usr_lead", grant=True, note="ok\x00")
+    woken = store.get(lease.task_id)
+    assert woken.next_attempt_at is not None and woken.dispatched_at is not None
+    (decided,) = [e for e in store.events(lease.task_id) if e.type == "approval_granted"]
+    assert decided.data["note"] == "ok\ufffd" and decided.from_status == "APPROVAL_WAIT"
     lease = claim(store, lease.task_id)
     lease = store.commit(lease, intent(act, f"apr_{tenant}")).lease
     assert lease is not None
@@ -179,6 +183,7 @@ def test_the_approval_and_effect_records_are_the_same_prepared_or_not(
         on = _approval_and_effect(pg_store, tenant)
     ran = {s.split()[1].split("(")[0] for s in seen if s.startswith("EXECUTE")}
     assert {"aj_approval_request", "aj_approval_used", "aj_effect_intent"} <= ran
+    assert "aj_decide_approval" in ran
     assert "aj_effect_outcome" in ran
     monkeypatch.setattr(prepared, "enabled", lambda: False)
     with statements(pg_store) as seen:
