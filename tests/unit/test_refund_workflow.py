@@ -29,6 +29,7 @@ from agent_jobs.workflows.refund import (
     RefundWorkflow,
     scripted_services,
     services_from_env,
+    toolcalls,
 )
 from agent_jobs.workflows.refund import state as st
 from agent_jobs.workflows.refund.model import CHAT_EVENT, ask, calls_from_events
@@ -357,3 +358,15 @@ def test_proposed_reads_run_in_parallel() -> None:
     assert [r.outcome.kind for r in results] == ["ok", "ok"]
     assert sorted(t for t, _ in events) == ["execute_tool orders.get", "execute_tool payments.list"]
     assert all(d["args_hash"].startswith("sha256:") and "args" not in d for _, d in events)
+
+
+def test_parallel_reads_run_on_threads_kept_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps that read in parallel reuse the process's read threads instead of starting their
+    own; a forked child (another pid) gets a pool of its own, since threads do not survive."""
+    first = toolcalls._read_pool()
+    assert toolcalls._read_pool() is first
+    assert first._max_workers == toolcalls.MAX_PARALLEL_READS
+    monkeypatch.setattr(toolcalls.os, "getpid", lambda: -1)
+    child = toolcalls._read_pool()
+    assert child is not first and toolcalls._read_pool() is child
+    child.shutdown(wait=True)
