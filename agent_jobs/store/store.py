@@ -336,12 +336,14 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
             yield conn
 
     @contextmanager
-    def _commit_conn(self, patch: Patch, conn: Connection | None = None) -> Iterator[Connection]:
+    def _commit_conn(
+        self, patch: Patch, conn: Connection | None = None, *, lean: bool = False
+    ) -> Iterator[Connection]:
         """Where a commit of `patch` runs. On Postgres a patch that writes only the row and its
         events is one statement, atomic by itself: on an autocommit connection (`conn`, the
         step's, if it has one); anything more gets a transaction of its own. On SQLite, the
         step's own transaction, or a new one."""
-        if self.dialect == "postgresql" and single_statement(patch):
+        if self.dialect == "postgresql" and single_statement(patch, lean=lean):
             if conn is not None:
                 yield conn
             else:
@@ -360,7 +362,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         nobody moved it since (compare-and-set on version, lease epoch and owner as read).
         Returns the dispatch to publish after the commit; `StaleTransition` if the CAS lost."""
         owner, epoch = task.lease_owner, task.lease_epoch
-        with self._commit_conn(patch, conn) as c:
+        with self._commit_conn(patch, conn, lean=True) as c:
             return apply_patch_lean(c, task, owner=owner, epoch=epoch, patch=patch, actor=actor)
 
     def commit_quick(
@@ -433,7 +435,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         itself: no BEGIN, no COMMIT round trip); anything more gets its transaction."""
         assert not patch.keep_lease, "a kept lease needs the new row: use commit()"
         owner, epoch, task = lease.owner, lease.epoch, lease.task
-        with self._commit_conn(patch) as conn:
+        with self._commit_conn(patch, lean=True) as conn:
             return apply_patch_lean(
                 conn, task, owner=owner, epoch=epoch, patch=patch, events=events
             )

@@ -15,6 +15,7 @@ from sqlalchemy import event, select
 from sqlalchemy.exc import DBAPIError
 
 from agent_jobs.core.contracts import Action, TaskRequest
+from agent_jobs.core.errors import StaleTransition
 from agent_jobs.core.patch import EffectWrite, Patch
 from agent_jobs.core.states import Status
 from agent_jobs.store import Store, prepared
@@ -140,7 +141,9 @@ def test_a_statement_deallocated_behind_its_back_is_prepared_again(
         assert pg_store.peek_claimable(conn, task_id) is not None
 
 
-def _approval_and_effect(store: Store, tenant: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _approval_and_effect(
+    store: Store, tenant: str, *, lean: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """An action parked for approval (with a NUL and a lone surrogate in its reason and args:
     the content rule cleans what either path writes), granted, used by its intent, then
     committed: the approval's and the effect's rows as those four statements leave them."""
@@ -152,7 +155,9 @@ def _approval_and_effect(store: Store, tenant: str) -> tuple[dict[str, Any], dic
         parked,
         approval_request=replace(parked.approval_request, reason="over\x00 the \ud800limit"),
     )
-    store.commit(lease, parked)
+    # Lean, the approval rides in the compare-and-set's statement; else a statement of its own.
+    commit = store.commit_lean if lean else store.commit
+    commit(lease, parked)
     store.decide_approval(f"apr_{tenant}", "usr_lead", grant=True, note="ok\x00")
     woken = store.get(lease.task_id)
     assert woken.next_attempt_at is not None and woken.dispatched_at is not None
@@ -162,7 +167,7 @@ def _approval_and_effect(store: Store, tenant: str) -> tuple[dict[str, Any], dic
     lease = store.commit(lease, intent(act, f"apr_{tenant}")).lease
     assert lease is not None
     done = EffectWrite(act, "committed", {"refund_id": "rf_1", "odd": "\x00\ud800"})
-    store.commit(lease, Patch(to=Status.RUNNING, event="effect_committed", effect=done))
+    commit(lease, Patch(to=Status.RUNNING, event="effect_committed", effect=done))
     with store.tx() as conn:
         approval = conn.execute(select(approvals).where(approvals.c.task_id == lease.task_id))
         effect = conn.execute(select(effects).where(effects.c.task_id == lease.task_id))
@@ -176,18 +181,21 @@ def _approval_and_effect(store: Store, tenant: str) -> tuple[dict[str, Any], dic
     return rows
 
 
+@pytest.mark.parametrize("lean", [True, False], ids=["riding", "own-statements"])
 def test_the_approval_and_effect_records_are_the_same_prepared_or_not(
-    pg_store: Store, tenant: str, monkeypatch: pytest.MonkeyPatch
+    pg_store: Store, tenant: str, monkeypatch: pytest.MonkeyPatch, lean: bool
 ) -> None:
     with statements(pg_store) as seen:
-        on = _approval_and_effect(pg_store, tenant)
+        on = _approval_and_effect(pg_store, tenant, lean=lean)
     ran = {s.split()[1].split("(")[0] for s in seen if s.startswith("EXECUTE")}
-    assert {"aj_approval_request", "aj_approval_used", "aj_effect_intent"} <= ran
-    assert "aj_decide_approval" in ran
-    assert "aj_effect_outcome" in ran
+    assert {"aj_approval_used", "aj_effect_intent", "aj_decide_approval"} <= ran
+    if lean:
+        assert {"aj_cas_lean_approval", "aj_cas_lean_effect"} <= ran
+    else:
+        assert {"aj_approval_request", "aj_effect_outcome"} <= ran
     monkeypatch.setattr(prepared, "enabled", lambda: False)
     with statements(pg_store) as seen:
-        off = _approval_and_effect(pg_store, tenant + "-off")
+        off = _approval_and_effect(pg_store, tenant + "-off", lean=lean)
     assert not any(s.startswith(("EXECUTE", "PREPARE")) for s in seen)
     assert on == off
     approval, effect = on
@@ -232,3 +240,35 @@ def test_a_claim_alone_commits_without_waiting_for_the_disk(
         task = pg_store.peek_claimable(conn, task_id)
     assert task is None  # leased: the claim landed, and so did the transition
     assert pg_store.get(task_id).status is Status.RUNNING
+
+
+@pytest.mark.parametrize("ride", ["approval", "effect"])
+def test_a_stale_compare_and_set_writes_nothing_that_rides_in_it(
+    store: Store, tenant: str, ride: str
+) -> None:
+    """The record that rides in a lean commit (an approval asked for, an effect's outcome) is
+    written only if the compare-and-set matched: on a lost lease neither it nor the transition
+    lands, on either backend."""
+    act = action(key=f"refund:{tenant}:pay_1")
+    lease = running(store, tenant)
+    if ride == "effect":
+        lease = store.commit(lease, intent(act)).lease
+        assert lease is not None
+        patch = Patch(
+            to=Status.RUNNING, event="effect_committed", effect=EffectWrite(act, "committed", {})
+        )
+    else:
+        patch = park_for_approval(act, f"apr_{tenant}")
+    stale = replace(lease, epoch=lease.epoch + 1)
+    with pytest.raises(StaleTransition):
+        store.commit_lean(stale, patch)
+    assert store.get(lease.task_id).status is lease.task.status
+    assert [e.status for e in store.effects(lease.task_id)] == (
+        ["intent"] if ride == "effect" else []
+    )
+    assert store.list_approvals(tenant) == []
+    store.commit_lean(lease, patch)  # the lease's own commit: both land
+    if ride == "effect":
+        assert [e.status for e in store.effects(lease.task_id)] == ["committed"]
+    else:
+        assert [a.approval_id for a in store.list_approvals(tenant)] == [f"apr_{tenant}"]
