@@ -10,13 +10,14 @@ that message is what the repair request sends back to the model.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 from agent_jobs.core.hashing import canonical_json
 from agent_jobs.core.memo import SameObjectMemo
+from agent_jobs.core.schema_check import fast_check
 
 
 def _variant(kind: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -153,10 +154,32 @@ def _validator_by_canonical_json(schema: Mapping[str, Any]) -> Any:
 
 
 _validator_by_object = SameObjectMemo(_validator_by_canonical_json)
+_fast_cache: dict[str, Callable[[Any], bool] | None] = {}
+
+
+def _fast_by_canonical_json(schema: Mapping[str, Any]) -> Callable[[Any], bool] | None:
+    key = canonical_json(dict(schema))
+    with _cache_lock:
+        if key in _fast_cache:
+            return _fast_cache[key]
+    validator_for(schema)  # raises SchemaError for a schema that is not valid JSON Schema
+    made = fast_check(schema)
+    with _cache_lock:
+        if len(_fast_cache) > 512:
+            _fast_cache.clear()
+        _fast_cache[key] = made
+    return made
+
+
+_fast_by_object = SameObjectMemo(_fast_by_canonical_json)
 
 
 def validation_errors(schema: Mapping[str, Any], instance: Any, *, limit: int = 5) -> list[str]:
-    """Readable validation errors (`$.path: message`), at most `limit`, empty when valid."""
+    """Readable validation errors (`$.path: message`), at most `limit`, empty when valid. A
+    valid instance is recognised by the fast check (`core.schema_check`) where it applies."""
+    fast = _fast_by_object(schema)
+    if fast is not None and fast(instance):
+        return []
     found = sorted(
         validator_for(schema).iter_errors(instance),
         key=lambda e: [str(p) for p in e.absolute_path],
