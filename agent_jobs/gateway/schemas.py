@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
@@ -122,7 +123,14 @@ PROPOSAL_V3: dict[str, Any] = {
 # Schemas a route config may name instead of inlining one.
 SCHEMAS: Mapping[str, dict[str, Any]] = {"proposal_v3": PROPOSAL_V3}
 
-_cache: dict[str, Any] = {}
+
+@dataclass(frozen=True)
+class _Compiled:
+    validator: Any  # jsonschema's, for the messages
+    fast: Callable[[Any], bool] | None  # `core.schema_check`'s "valid", where it applies
+
+
+_cache: dict[str, _Compiled] = {}
 _cache_lock = threading.Lock()
 
 
@@ -133,17 +141,17 @@ def validator_for(schema: Mapping[str, Any]) -> Any:
 
     Raises `jsonschema.SchemaError` when the schema itself is not valid JSON Schema.
     """
-    return _validator_by_object(schema)
+    return _compiled_by_object(schema).validator
 
 
-def _validator_by_canonical_json(schema: Mapping[str, Any]) -> Any:
+def _compiled_by_canonical_json(schema: Mapping[str, Any]) -> _Compiled:
     key = canonical_json(dict(schema))
     with _cache_lock:
         hit = _cache.get(key)
     if hit is not None:
         return hit
     Draft202012Validator.check_schema(schema)
-    compiled = Draft202012Validator(dict(schema))
+    compiled = _Compiled(Draft202012Validator(dict(schema)), fast_check(schema))
     with _cache_lock:
         # Bounded: routes and tool schemas are configuration, but a caller inventing schemas per
         # request must not grow this forever.
@@ -153,35 +161,17 @@ def _validator_by_canonical_json(schema: Mapping[str, Any]) -> Any:
     return compiled
 
 
-_validator_by_object = SameObjectMemo(_validator_by_canonical_json)
-_fast_cache: dict[str, Callable[[Any], bool] | None] = {}
-
-
-def _fast_by_canonical_json(schema: Mapping[str, Any]) -> Callable[[Any], bool] | None:
-    key = canonical_json(dict(schema))
-    with _cache_lock:
-        if key in _fast_cache:
-            return _fast_cache[key]
-    validator_for(schema)  # raises SchemaError for a schema that is not valid JSON Schema
-    made = fast_check(schema)
-    with _cache_lock:
-        if len(_fast_cache) > 512:
-            _fast_cache.clear()
-        _fast_cache[key] = made
-    return made
-
-
-_fast_by_object = SameObjectMemo(_fast_by_canonical_json)
+_compiled_by_object = SameObjectMemo(_compiled_by_canonical_json)
 
 
 def validation_errors(schema: Mapping[str, Any], instance: Any, *, limit: int = 5) -> list[str]:
     """Readable validation errors (`$.path: message`), at most `limit`, empty when valid. A
     valid instance is recognised by the fast check (`core.schema_check`) where it applies."""
-    fast = _fast_by_object(schema)
-    if fast is not None and fast(instance):
+    compiled = _compiled_by_object(schema)
+    if compiled.fast is not None and compiled.fast(instance):
         return []
     found = sorted(
-        validator_for(schema).iter_errors(instance),
+        compiled.validator.iter_errors(instance),
         key=lambda e: [str(p) for p in e.absolute_path],
     )
     out = []

@@ -240,4 +240,6 @@ def test_policy_never_lets_through_more_than_refundable(
         assert 0 < amount <= facts.refundable_minor(pid)
         assert currency == p.currency
         assert facts.duplicate_capture_confirmed(pid)
-        assert isinstance(d, NeedsApproval) == (amount >= 100_000)
+        # A person decides above the threshold, and in a currency the bundle has no threshold
+        # for (it cannot call USD 1 small by an INR threshold).
+        assert isinstance(d, NeedsApproval) == (amount >= 100_000 or currency != "INR")
