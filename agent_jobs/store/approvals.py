@@ -23,11 +23,9 @@ from agent_jobs.store.writes import append_event
 # The approval and the database's clock, read by every step that acts on a grant: prepared on
 # Postgres, so that step pays no statement compilation.
 _NOW: Column[datetime] = Column("aj_db_now", UTCDateTime())
-_AT_NOW = select(approvals, db_now().label(_NOW.name)).where(approvals.c.id == bindparam("id"))
-_PG_AT_NOW = prepared.from_text(
+_AT_NOW = prepared.from_clause(
     "aj_approval_at_now",
-    f"SELECT {', '.join(c.name for c in approvals.c)}, now() AS {_NOW.name} "
-    "FROM approvals WHERE id = :id",
+    select(approvals, db_now().label(_NOW.name)).where(approvals.c.id == bindparam("id")),
     {"id": "varchar"},
     (*approvals.c, _NOW),
 )
@@ -38,7 +36,6 @@ _PG_AT_NOW = prepared.from_text(
 # APPROVAL_WAIT, and the decision's event appended, as the three statements of SQLite's path
 # below do in one transaction. The approval's foreign key keeps its task there, so the task's
 # UPDATE always finds the row when the approval's did.
-_DECIDE_COLUMNS = ", ".join(c.name for c in approvals.c)
 _PG_DECIDE = prepared.from_text(
     "aj_decide_approval",
     f"""
@@ -47,7 +44,7 @@ WITH a AS (
          approver_principal = :approver_principal, decided_at = now()
   WHERE id = :id AND status = 'pending' AND expires_at > now()
     AND requester_principal <> :approver_principal
-  RETURNING {_DECIDE_COLUMNS}
+  RETURNING {", ".join(c.name for c in approvals.c)}
 ), t AS (
   UPDATE tasks SET
     event_seq = tasks.event_seq + 1,
@@ -98,7 +95,7 @@ class ApprovalStore(StoreBase):
         """The approval and the database's clock, read together (one round trip): what a step
         needs to judge whether a grant is still within its time."""
         with self.autocommit() as conn:
-            row = prepared.execute(conn, _PG_AT_NOW, _AT_NOW, {"id": approval_id}).first()
+            row = prepared.execute(conn, _AT_NOW, {"id": approval_id}).first()
         if row is None:
             raise RecordNotFound(f"approval {approval_id} not found")
         now = row._mapping[_NOW.name]
@@ -198,7 +195,7 @@ class ApprovalStore(StoreBase):
             "data": to_json(data),
         }
         with self.autocommit() as conn:
-            row = prepared.execute(conn, _PG_DECIDE, _PG_DECIDE.plain, values).first()
+            row = prepared.execute(conn, _PG_DECIDE, values).first()
             if row is None:
                 raise ApprovalError(approval_id, _refusal(conn, approval_id))
         view = approval_from_row(row)

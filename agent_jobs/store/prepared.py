@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
@@ -86,13 +86,12 @@ class RawResult:
         return self.rows[0] if self.rows else None
 
 
-def execute(
-    conn: Connection, prepared: Prepared, plain: Executable, values: dict[str, Any]
-) -> FirstRow:
-    """`prepared` on Postgres (unless turned off), else the same statement as `plain`."""
+def execute(conn: Connection, prepared: Prepared, values: dict[str, Any]) -> FirstRow:
+    """`prepared` on Postgres (unless turned off), else the same statement through SQLAlchemy
+    (`Prepared.plain`)."""
     if conn.dialect.name == "postgresql" and enabled():
         return prepared.run(conn, values)
-    return conn.execute(plain, values)
+    return conn.execute(prepared.plain, values)
 
 
 def _observed(conn: Connection) -> bool:
@@ -113,10 +112,15 @@ class Prepared:
     params: tuple[tuple[str, str], ...]  # (bind name, SQL type), in $n order
     columns: tuple[Column[Any], ...] = ()
     source: str = ""  # the statement with its `:name` binds, as written
+    # The SQLAlchemy statement it was compiled from (`from_clause`), which SQLite can run too.
+    clause: Executable | None = field(default=None, compare=False)
 
     @cached_property
     def plain(self) -> Executable:
-        """The statement as written, run as text: what `AGENT_JOBS_PG_PREPARE=0` runs."""
+        """What runs when the statement is not prepared (SQLite, `AGENT_JOBS_PG_PREPARE=0`):
+        the SQLAlchemy statement it was made from, else its text as written."""
+        if self.clause is not None:
+            return self.clause
         stmt = text(self.source)
         return stmt.columns(*self.columns) if self.columns else stmt
 
@@ -201,7 +205,12 @@ def _in_transaction(conn: Connection) -> bool:
 
 
 def from_text(
-    name: str, sql: str, types: dict[str, str], columns: tuple[Column[Any], ...] = ()
+    name: str,
+    sql: str,
+    types: dict[str, str],
+    columns: tuple[Column[Any], ...] = (),
+    *,
+    clause: Executable | None = None,
 ) -> Prepared:
     """A statement written with `:name` binds (a bind may repeat); `types` gives each one's
     SQL type."""
@@ -217,7 +226,7 @@ def from_text(
     if name in _BY_NAME:
         raise ValueError(f"prepared statement {name!r} defined twice")
     made = _BY_NAME[name] = Prepared(
-        name, body, tuple((b, types[b]) for b in order), columns, source=sql
+        name, body, tuple((b, types[b]) for b in order), columns, source=sql, clause=clause
     )
     return made
 
@@ -247,4 +256,5 @@ def from_clause(
         return str(value)
 
     sql = re.sub(r"%\((\w+)\)s", bind, str(compiled)).replace("%%", "%")
-    return from_text(name, sql, types, columns)
+    plain = stmt if isinstance(stmt, Executable) else None
+    return from_text(name, sql, types, columns, clause=plain)

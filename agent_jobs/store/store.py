@@ -279,9 +279,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         without locking it. A quick step then commits with compare-and-set in the same
         transaction, which fences any concurrent claimer or duplicate; any other step takes the
         lease with `claim_in`."""
-        row = prepared.execute(
-            conn, _CLAIMABLE_ROW_PREPARED, _CLAIMABLE_ROW, {"p_id": task_id}
-        ).first()
+        row = prepared.execute(conn, _CLAIMABLE_ROW_PREPARED, {"p_id": task_id}).first()
         return task_from_row(row) if row is not None else None
 
     def claim_read(self, conn: Connection, task: TaskRow, owner: str, ttl_s: float) -> Lease | None:
@@ -291,7 +289,6 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         row = prepared.execute(
             conn,
             _CLAIM_READ_PREPARED,
-            _CLAIM_READ,
             {
                 "p_id": task.id,
                 "p_version": task.version,
@@ -309,12 +306,8 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
 
     def claim_in(self, conn: Connection, task_id: str, owner: str, ttl_s: float) -> Lease | None:
         """`claim`, inside the caller's transaction."""
-        row = prepared.execute(
-            conn,
-            _CLAIM_PREPARED,
-            _CLAIM,
-            {"p_id": task_id, "p_owner": owner, "p_ttl": ttl_s},
-        ).first()
+        values = {"p_id": task_id, "p_owner": owner, "p_ttl": ttl_s}
+        row = prepared.execute(conn, _CLAIM_PREPARED, values).first()
         if row is None:
             return None
         task = task_from_row(row)

@@ -10,12 +10,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, text, update
+from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agent_jobs.core.errors import ApprovalError, StaleTransition
 from agent_jobs.core.identity import principal
-from agent_jobs.core.patch import ApprovalUse, Patch
+from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
 from agent_jobs.core.states import RUNNABLE, check_transition
 from agent_jobs.core.text import to_json
 from agent_jobs.store import prepared
@@ -193,24 +193,6 @@ SELECT {selected} FROM u
 """
 # Named, never `*`: a column added by a migration lands at the end of the table.
 _ALL_COLUMNS = ", ".join(c.name for c in tasks.c)
-_PG_CAS_SQL = _PG_CAS_TEMPLATE.format(
-    returning=_ALL_COLUMNS, selected=_ALL_COLUMNS, guard="", extra=""
-)
-_PG_CAS = text(_PG_CAS_SQL).columns(*tasks.c)
-# The same, for callers that need no new row back (a quick step): only what the event needs.
-_PG_CAS_LEAN_SQL = _PG_CAS_TEMPLATE.format(
-    returning="id, event_seq, trace_id", selected="id", guard="", extra=""
-)
-_PG_CAS_LEAN = text(_PG_CAS_LEAN_SQL).columns(tasks.c.id)
-# A quick step that started from the row a previous commit returned, not from a read: the one
-# part of "claimable" that version, epoch and owner do not already pin is the gate's hold.
-_UNHELD = "\n    AND held_since IS NULL"
-_PG_CAS_UNHELD_SQL = _PG_CAS_TEMPLATE.format(
-    returning=_ALL_COLUMNS, selected=_ALL_COLUMNS, guard=_UNHELD, extra=""
-)
-_PG_CAS_UNHELD = text(_PG_CAS_UNHELD_SQL).columns(*tasks.c)
-
-
 # Prepared once per connection (see `prepared`): planning the CTE costs about as much as
 # running it. The types are those of the columns each parameter is compared with or written to.
 _CAS_TYPES = {
@@ -233,88 +215,124 @@ _CAS_TYPES = {
     "k": "integer",
     "held": "jsonb",
 }
-_PG_CAS_PREPARED = prepared.from_text("aj_cas", _PG_CAS_SQL, _CAS_TYPES, tuple(tasks.c))
-_PG_CAS_LEAN_PREPARED = prepared.from_text(
-    "aj_cas_lean", _PG_CAS_LEAN_SQL, _CAS_TYPES, (tasks.c.id,)
-)
-_PG_CAS_UNHELD_PREPARED = prepared.from_text(
-    "aj_cas_unheld", _PG_CAS_UNHELD_SQL, _CAS_TYPES, tuple(tasks.c)
-)
 
 
-# A lean compare-and-set that writes the one record its patch carries besides the row and its
-# events (`rides_cas`) in the same statement, only when the compare-and-set matched: an effect's
-# outcome, or an approval asked for. One round trip where BEGIN, the CAS, the record and COMMIT
-# took four.
-_RIDE_EFFECT = """,
-fx AS (
-  UPDATE effects SET status = :fx_status, result = CAST(:fx_result AS jsonb), updated_at = now()
-  FROM u WHERE effects.task_id = u.id AND effects.idempotency_key = :fx_key
-)"""
-_RIDE_APPROVAL = """,
-ar AS (
-  INSERT INTO approvals (id, task_id, tenant_id, tool, tool_version, args, action_hash,
-                         policy_version, requester, requester_principal, approver, status,
-                         reason, created_at, expires_at, decided_at, used_at)
-  SELECT :ar_id, u.id, :ar_tenant, :ar_tool, :ar_tool_version, CAST(:ar_args AS jsonb),
-         :ar_action_hash, :ar_policy_version, :ar_requester, :ar_requester_principal, NULL,
-         'pending', :ar_reason, now(), now() + make_interval(secs => :ar_ttl), NULL, NULL
-  FROM u
-)"""
-_RIDE_TYPES = {
+def _cas_statement(
+    name: str, *, full: bool, guard: str = "", extra: str = "", types: dict[str, str] = _CAS_TYPES
+) -> prepared.Prepared:
+    """One form of the compare-and-set: returning the whole new row (`full`), or only what a
+    caller that needs no row back uses (a lean commit: the task's id); `guard` adds to its
+    WHERE, `extra` adds CTEs that read `u`, the updated row."""
+    returning, selected = (
+        (_ALL_COLUMNS, _ALL_COLUMNS) if full else ("id, event_seq, trace_id", "id")
+    )
+    sql = _PG_CAS_TEMPLATE.format(returning=returning, selected=selected, guard=guard, extra=extra)
+    return prepared.from_text(name, sql, types, tuple(tasks.c) if full else (tasks.c.id,))
+
+
+_PG_CAS = _cas_statement("aj_cas", full=True)
+# The same, for callers that need no new row back (a quick step): only what the event needs.
+_PG_CAS_LEAN = _cas_statement("aj_cas_lean", full=False)
+# A quick step that started from the row a previous commit returned, not from a read: the one
+# part of "claimable" that version, epoch and owner do not already pin is the gate's hold.
+_PG_CAS_UNHELD = _cas_statement("aj_cas_unheld", full=True, guard="\n    AND held_since IS NULL")
+
+# The records a step's commit writes besides the row and its events, on Postgres: prepared like
+# the CAS (SQLAlchemy Core's compilation of an `insert().values(...)` costs about 0.3 ms of CPU),
+# each one text with two forms. `{task}` is where the task's id comes from and `{source}` what
+# the statement reads: a statement of its own (`:..._task_id`, nothing) or a CTE riding in a
+# lean compare-and-set's statement (`u.id`, `FROM u`, so it runs only if the CAS matched).
+# SQLite runs the same through SQLAlchemy Core (`_write_effect`, `_write_approval`).
+_EFFECT_OUTCOME = """
+UPDATE effects SET status = :fx_status, result = CAST(:fx_result AS jsonb),
+                   updated_at = now(){source}
+WHERE effects.task_id = {task} AND effects.idempotency_key = :fx_key"""
+_EFFECT_OUTCOME_TYPES = {
     "fx_status": "varchar",
     "fx_result": "jsonb",
     "fx_key": "varchar",
-    "ar_id": "varchar",
-    "ar_tenant": "varchar",
-    "ar_tool": "varchar",
-    "ar_tool_version": "varchar",
-    "ar_args": "jsonb",
-    "ar_action_hash": "varchar",
-    "ar_policy_version": "varchar",
-    "ar_requester": "varchar",
-    "ar_requester_principal": "varchar",
-    "ar_reason": "varchar",
-    "ar_ttl": "double precision",
+    "fx_task_id": "varchar",
 }
+_APPROVAL_REQUEST = """
+INSERT INTO approvals (id, task_id, tenant_id, tool, tool_version, args, action_hash,
+                       policy_version, requester, requester_principal, approver, status,
+                       reason, created_at, expires_at, decided_at, used_at)
+SELECT :ap_id, {task}, :ap_tenant, :ap_tool, :ap_tool_version, CAST(:ap_args AS jsonb),
+       :ap_action_hash, :ap_policy_version, :ap_requester, :ap_requester_principal, NULL,
+       'pending', :ap_reason, now(), now() + make_interval(secs => :ap_ttl), NULL, NULL{source}"""
+_APPROVAL_REQUEST_TYPES = {
+    "ap_id": "varchar",
+    "ap_task_id": "varchar",
+    "ap_tenant": "varchar",
+    "ap_tool": "varchar",
+    "ap_tool_version": "varchar",
+    "ap_args": "jsonb",
+    "ap_action_hash": "varchar",
+    "ap_policy_version": "varchar",
+    "ap_requester": "varchar",
+    "ap_requester_principal": "varchar",
+    "ap_reason": "varchar",
+    "ap_ttl": "double precision",
+}
+_PG_EFFECT_OUTCOME = prepared.from_text(
+    "aj_effect_outcome",
+    _EFFECT_OUTCOME.format(task=":fx_task_id", source=""),
+    _EFFECT_OUTCOME_TYPES,
+)
+_PG_APPROVAL_REQUEST = prepared.from_text(
+    "aj_approval_request",
+    _APPROVAL_REQUEST.format(task=":ap_task_id", source=""),
+    _APPROVAL_REQUEST_TYPES,
+)
+# A lean compare-and-set with the one record its patch carries (`rides_cas`) in its statement:
+# one round trip where BEGIN, the CAS, the record and COMMIT took four.
 _PG_CAS_RIDING = {
-    ride: prepared.from_text(
+    ride: _cas_statement(
         f"aj_cas_lean_{ride}",
-        _PG_CAS_TEMPLATE.format(
-            returning="id, event_seq, trace_id", selected="id", guard="", extra=extra
-        ),
-        _CAS_TYPES | _RIDE_TYPES,
-        (tasks.c.id,),
+        full=False,
+        extra=f",\n{cte} AS ({record.format(task='u.id', source=' FROM u')}\n)",
+        types=_CAS_TYPES | types,
     )
-    for ride, extra in (("effect", _RIDE_EFFECT), ("approval", _RIDE_APPROVAL))
+    for ride, cte, record, types in (
+        ("effect", "fx", _EFFECT_OUTCOME, _EFFECT_OUTCOME_TYPES),
+        ("approval", "ar", _APPROVAL_REQUEST, _APPROVAL_REQUEST_TYPES),
+    )
 }
+
+
+def _effect_outcome_values(task_id: str, eff: EffectWrite) -> dict[str, Any]:
+    return {
+        "fx_task_id": task_id,
+        "fx_status": eff.status,
+        "fx_result": to_json(eff.result),
+        "fx_key": eff.action.idempotency_key,
+    }
+
+
+def _approval_request_values(task: TaskRow, req: ApprovalRequest) -> dict[str, Any]:
+    return {
+        "ap_id": req.approval_id,
+        "ap_task_id": task.id,
+        "ap_tenant": task.tenant_id,
+        "ap_tool": req.action.tool,
+        "ap_tool_version": req.action.tool_version,
+        "ap_args": to_json(req.action.args),
+        "ap_action_hash": req.action.action_hash,
+        "ap_policy_version": req.policy_version,
+        "ap_requester": req.requester,
+        "ap_requester_principal": principal(req.requester),
+        "ap_reason": req.reason[:500],
+        "ap_ttl": req.ttl_s,
+    }
 
 
 def _riding(task: TaskRow, patch: Patch, ride: str) -> dict[str, Any]:
     """The parameters of the record that rides in the compare-and-set (`_PG_CAS_RIDING`)."""
     if ride == "effect":
         assert patch.effect is not None
-        eff = patch.effect
-        return {
-            "fx_status": eff.status,
-            "fx_result": to_json(eff.result),
-            "fx_key": eff.action.idempotency_key,
-        }
-    req = patch.approval_request
-    assert req is not None
-    return {
-        "ar_id": req.approval_id,
-        "ar_tenant": task.tenant_id,
-        "ar_tool": req.action.tool,
-        "ar_tool_version": req.action.tool_version,
-        "ar_args": to_json(req.action.args),
-        "ar_action_hash": req.action.action_hash,
-        "ar_policy_version": req.policy_version,
-        "ar_requester": req.requester,
-        "ar_requester_principal": principal(req.requester),
-        "ar_reason": req.reason[:500],
-        "ar_ttl": req.ttl_s,
-    }
+        return _effect_outcome_values(task.id, patch.effect)
+    assert patch.approval_request is not None
+    return _approval_request_values(task, patch.approval_request)
 
 
 def _json(value: Any) -> str | None:
@@ -338,18 +356,14 @@ def _cas_postgres(
 ) -> RowLike | None:
     extra: dict[str, Any] = {}
     if ride is not None:
-        chosen = _PG_CAS_RIDING[ride]
-        plain, extra = chosen.plain, _riding(task, patch, ride)
+        chosen, extra = _PG_CAS_RIDING[ride], _riding(task, patch, ride)
     elif unheld:
-        chosen, plain = _PG_CAS_UNHELD_PREPARED, _PG_CAS_UNHELD
-    elif lean:
-        chosen, plain = _PG_CAS_LEAN_PREPARED, _PG_CAS_LEAN
+        chosen = _PG_CAS_UNHELD
     else:
-        chosen, plain = _PG_CAS_PREPARED, _PG_CAS
+        chosen = _PG_CAS_LEAN if lean else _PG_CAS
     return prepared.execute(
         conn,
         chosen,
-        plain,
         {
             "to_status": patch.to.value,
             "wake": patch.wake_in_s,
@@ -482,10 +496,7 @@ def _insert_event(  # noqa: PLR0917 - one row's columns, in the table's order
     )
 
 
-# The effect and approval records of a step's commit, on Postgres: prepared like the CAS they
-# ride with, so a step that records an intent or asks for an approval pays no statement
-# compilation (SQLAlchemy's Core path costs about 0.3 ms of CPU each). SQLite runs the same
-# statements through SQLAlchemy Core below.
+# The effect intent and an approval's use, on Postgres (see `_EFFECT_OUTCOME` above).
 _PG_EFFECT_INTENT = prepared.from_text(
     "aj_effect_intent",
     """
@@ -504,39 +515,6 @@ RETURNING task_id
         "action_hash": "varchar",
     },
     (effects.c.task_id,),
-)
-_PG_EFFECT_OUTCOME = prepared.from_text(
-    "aj_effect_outcome",
-    """
-UPDATE effects SET status = :status, result = CAST(:result AS jsonb), updated_at = now()
-WHERE task_id = :task_id AND idempotency_key = :key
-""",
-    {"status": "varchar", "result": "jsonb", "task_id": "varchar", "key": "varchar"},
-)
-_PG_APPROVAL_REQUEST = prepared.from_text(
-    "aj_approval_request",
-    """
-INSERT INTO approvals (id, task_id, tenant_id, tool, tool_version, args, action_hash,
-                       policy_version, requester, requester_principal, approver, status, reason,
-                       created_at, expires_at, decided_at, used_at)
-VALUES (:id, :task_id, :tenant_id, :tool, :tool_version, CAST(:args AS jsonb), :action_hash,
-        :policy_version, :requester, :requester_principal, NULL, 'pending', :reason,
-        now(), now() + make_interval(secs => :ttl), NULL, NULL)
-""",
-    {
-        "id": "varchar",
-        "task_id": "varchar",
-        "tenant_id": "varchar",
-        "tool": "varchar",
-        "tool_version": "varchar",
-        "args": "jsonb",
-        "action_hash": "varchar",
-        "policy_version": "varchar",
-        "requester": "varchar",
-        "requester_principal": "varchar",
-        "reason": "varchar",
-        "ttl": "double precision",
-    },
 )
 # Single use, unexpired, granted: checked by the database in the intent's transaction.
 _PG_APPROVAL_USED = prepared.from_text(
@@ -576,8 +554,7 @@ def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:
         named = {"tool": action.tool, "tool_version": action.tool_version}
         if pg:
             values = {**key, **named, "action_hash": action.action_hash}
-            stmt = _PG_EFFECT_INTENT
-            inserted = prepared.execute(conn, stmt, stmt.plain, values).first()
+            inserted = prepared.execute(conn, _PG_EFFECT_INTENT, values).first()
         else:
             inserted = conn.execute(
                 insert_ignore(conn.dialect.name, effects)
@@ -617,8 +594,7 @@ def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:
         )
         return
     if pg:
-        values = {**key, "status": eff.status, "result": to_json(eff.result)}
-        prepared.execute(conn, _PG_EFFECT_OUTCOME, _PG_EFFECT_OUTCOME.plain, values)
+        prepared.execute(conn, _PG_EFFECT_OUTCOME, _effect_outcome_values(task_id, eff))
         return
     conn.execute(
         update(effects)
@@ -632,46 +608,40 @@ def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:
 def _write_approval(conn: Connection, task: TaskRow, patch: Patch) -> None:
     pg = conn.dialect.name == "postgresql"
     req = patch.approval_request
-    if req is not None:
-        values: dict[str, Any] = {
-            "id": req.approval_id,
-            "task_id": task.id,
-            "tenant_id": task.tenant_id,
-            "tool": req.action.tool,
-            "tool_version": req.action.tool_version,
-            "action_hash": req.action.action_hash,
-            "policy_version": req.policy_version,
-            "requester": req.requester,
-            "requester_principal": principal(req.requester),
-            "reason": req.reason[:500],
-        }
-        if pg:
-            values |= {"args": to_json(req.action.args), "ttl": req.ttl_s}
-            stmt = _PG_APPROVAL_REQUEST
-            prepared.execute(conn, stmt, stmt.plain, values)
-        else:
-            conn.execute(
-                insert(approvals).values(
-                    **values,
-                    args=req.action.args,
-                    approver=None,
-                    status="pending",
-                    created_at=db_now(),
-                    expires_at=db_now_plus(req.ttl_s),
-                    decided_at=None,
-                    used_at=None,
-                )
+    if req is not None and pg:
+        prepared.execute(conn, _PG_APPROVAL_REQUEST, _approval_request_values(task, req))
+    elif req is not None:
+        conn.execute(
+            insert(approvals).values(
+                id=req.approval_id,
+                task_id=task.id,
+                tenant_id=task.tenant_id,
+                tool=req.action.tool,
+                tool_version=req.action.tool_version,
+                args=req.action.args,
+                action_hash=req.action.action_hash,
+                policy_version=req.policy_version,
+                requester=req.requester,
+                requester_principal=principal(req.requester),
+                approver=None,
+                status="pending",
+                reason=req.reason[:500],
+                created_at=db_now(),
+                expires_at=db_now_plus(req.ttl_s),
+                decided_at=None,
+                used_at=None,
             )
+        )
     use = patch.approval_use
     if use is None:
         return
     if pg:
-        values = {"id": use.approval_id, "task_id": task.id}
+        values: dict[str, Any] = {"id": use.approval_id, "task_id": task.id}
         if use.status == "used":
             stmt = _PG_APPROVAL_USED
         else:
             stmt, values = _PG_APPROVAL_CLOSED, {**values, "status": use.status}
-        done = prepared.execute(conn, stmt, stmt.plain, values).first()
+        done = prepared.execute(conn, stmt, values).first()
     else:
         done = conn.execute(_approval_use(task, use)).first()
     if done is None and use.status == "used":
@@ -749,7 +719,7 @@ def append_pending(conn: Connection, task_id: str, events: Sequence[PendingEvent
         return True
     if conn.dialect.name == "postgresql":
         params = {"id": task_id, "k": len(events), "events": held_events(events)}
-        return prepared.execute(conn, _PG_EVENTS, _PG_EVENTS.plain, params).first() is not None
+        return prepared.execute(conn, _PG_EVENTS, params).first() is not None
     row = conn.execute(
         update(tasks)
         .where(tasks.c.id == task_id)

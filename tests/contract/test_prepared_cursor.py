@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.text import clean_text
 from agent_jobs.store import Store, prepared
-from agent_jobs.store.store import _CLAIM, _CLAIM_PREPARED, _CLAIMABLE_ROW, _CLAIMABLE_ROW_PREPARED
+from agent_jobs.store.store import _CLAIM_PREPARED, _CLAIMABLE_ROW_PREPARED
 from agent_jobs.testing import Harness
 from agent_jobs.workflows import default_registry
 
@@ -37,7 +37,7 @@ def test_the_row_from_the_cursor_is_the_row_sqlalchemy_gives(pg_store: Store, te
         conn.exec_driver_sql("SET TIME ZONE 'Asia/Kolkata'")
         try:
             values = {"p_id": task_id}
-            raw = prepared.execute(conn, _CLAIMABLE_ROW_PREPARED, _CLAIMABLE_ROW, values)
+            raw = prepared.execute(conn, _CLAIMABLE_ROW_PREPARED, values)
             assert isinstance(raw, prepared.RawResult)
             row = raw.first()
             assert row is not None
@@ -49,7 +49,7 @@ def test_the_row_from_the_cursor_is_the_row_sqlalchemy_gives(pg_store: Store, te
             assert row._mapping["state"] == via_sqlalchemy._mapping["state"]
         finally:
             conn.exec_driver_sql("SET TIME ZONE 'UTC'")
-        missing = prepared.execute(conn, _CLAIMABLE_ROW_PREPARED, _CLAIMABLE_ROW, {"p_id": "nope"})
+        missing = prepared.execute(conn, _CLAIMABLE_ROW_PREPARED, {"p_id": "nope"})
         assert missing.first() is None
 
 
@@ -63,9 +63,7 @@ def test_a_listener_sees_every_prepared_statement(pg_store: Store, tenant: str) 
     event.listen(pg_store.engine, "before_cursor_execute", before)
     try:
         with pg_store.autocommit() as conn:
-            result = prepared.execute(
-                conn, _CLAIMABLE_ROW_PREPARED, _CLAIMABLE_ROW, {"p_id": task_id}
-            )
+            result = prepared.execute(conn, _CLAIMABLE_ROW_PREPARED, {"p_id": task_id})
             assert not isinstance(result, prepared.RawResult)
             assert result.first() is not None
     finally:
@@ -116,7 +114,7 @@ def test_the_content_rule_cleans_what_the_cursor_writes(
     with pg_store.autocommit() as conn:
         # A lease already lapsed (negative TTL), so every example can claim the task again.
         values = {"p_id": task_id, "p_owner": owner, "p_ttl": -1.0}
-        result = prepared.execute(conn, _CLAIM_PREPARED, _CLAIM, values)
+        result = prepared.execute(conn, _CLAIM_PREPARED, values)
         assert isinstance(result, prepared.RawResult)
         row = result.first()
     assert row is not None
@@ -130,6 +128,6 @@ def test_sql_logging_sees_every_prepared_statement(
     task_id = _task(pg_store, tenant)
     log = caplog.at_level(logging.INFO, logger="sqlalchemy.engine.Engine")
     with log, pg_store.autocommit() as conn:
-        result = prepared.execute(conn, _CLAIMABLE_ROW_PREPARED, _CLAIMABLE_ROW, {"p_id": task_id})
+        result = prepared.execute(conn, _CLAIMABLE_ROW_PREPARED, {"p_id": task_id})
         assert not isinstance(result, prepared.RawResult)
     assert any("EXECUTE aj_claimable_row" in r.getMessage() for r in caplog.records)
