@@ -25,7 +25,7 @@ from sqlalchemy import (
 
 from agent_jobs.core.identity import principal
 from agent_jobs.core.states import PARKED, RUNNABLE, TERMINAL, Status
-from agent_jobs.store.types import JsonType, UTCDateTime
+from agent_jobs.store.types import JsonType, StateJsonType, UTCDateTime
 
 metadata = MetaData(
     naming_convention={
@@ -83,7 +83,7 @@ tasks = Table(
     Column("held_since", UTCDateTime()),
     Column("held_for", String(16)),
     Column("cancel_requested_at", UTCDateTime()),
-    Column("state", JsonType, nullable=False),
+    Column("state", StateJsonType, nullable=False),
     Column("outcome", JsonType),
     Column("event_seq", Integer, nullable=False),
     Column("trace_id", String(32), nullable=False),

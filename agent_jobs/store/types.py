@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, DateTime
+from sqlalchemy.dialects.postgresql import JSON as PG_JSON
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
@@ -19,6 +20,10 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.types import TypeDecorator
 
 JsonType = JSON().with_variant(JSONB(), "postgresql")
+# A task's state: stored and loaded whole, never queried inside, so Postgres keeps the text as
+# sent (`json`) instead of parsing every write into `jsonb` and printing every read back
+# (migration 0012).
+StateJsonType = JSON().with_variant(PG_JSON(), "postgresql")
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -167,7 +167,7 @@ WITH u AS (
     updated_at = now(),
     next_attempt_at = CASE WHEN CAST(:wake AS double precision) IS NULL THEN NULL
         ELSE now() + make_interval(secs => CAST(:wake AS double precision)) END,
-    state = COALESCE(CAST(:state AS jsonb), state),
+    state = COALESCE(CAST(:state AS json), state),
     attempts = COALESCE(CAST(:attempts AS integer), attempts),
     last_error = CASE WHEN CAST(:attempts AS integer) = 0 THEN NULL
         ELSE COALESCE(CAST(:last_error AS text), last_error) END,
@@ -198,7 +198,7 @@ _ALL_COLUMNS = ", ".join(c.name for c in tasks.c)
 _CAS_TYPES = {
     "to_status": "varchar",
     "wake": "double precision",
-    "state": "jsonb",
+    "state": "json",
     "attempts": "integer",
     "last_error": "text",
     "outcome": "jsonb",
