@@ -1,7 +1,8 @@
 """Migration 0011: a task's state is compressed with lz4 where the server has it (issue 14: every
 step rewrites the whole state; lz4 costs the server about half pglz's time), and a downgrade
 puts pglz back. Migration 0012: the state is `json` kept in the row (storage MAIN), still lz4;
-its downgrade puts `jsonb` out of line back, and the states already written survive both ways. On a database of its own: migrating down and up must not touch the session's."""
+its downgrade puts `jsonb` out of line back, and the states already written survive both ways.
+On a database of its own: migrating down and up must not touch the session's."""
 
 from __future__ import annotations
 
