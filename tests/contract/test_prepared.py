@@ -18,6 +18,7 @@ from agent_jobs.core.contracts import Action, TaskRequest
 from agent_jobs.core.errors import StaleTransition
 from agent_jobs.core.patch import EffectWrite, Patch
 from agent_jobs.core.states import Status
+from agent_jobs.core.text import clean_text
 from agent_jobs.store import Store, prepared
 from agent_jobs.store.schema import approvals, effects
 from agent_jobs.testing import TEST_SETTINGS, Harness
@@ -272,3 +273,34 @@ def test_a_stale_compare_and_set_writes_nothing_that_rides_in_it(
         assert [e.status for e in store.effects(lease.task_id)] == ["committed"]
     else:
         assert [a.approval_id for a in store.list_approvals(tenant)] == [f"apr_{tenant}"]
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_a_new_task_and_its_created_event_are_one_statement(
+    pg_store: Store, tenant: str, on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Postgres the row, its "created" event and its dispatch record are written by one
+    statement (no BEGIN, no COMMIT), prepared or not; a repeated key writes nothing more."""
+    monkeypatch.setattr(prepared, "enabled", lambda: on)
+    request = TaskRequest(workflow="noop@1", input={"steps": 1, "note": "a\x00b"})
+    with statements(pg_store) as seen:
+        made = pg_store.create_or_get(tenant, "k-one", request, requester="svc\x00-a")
+    writes = [s for s in seen if not s.startswith("PREPARE")]
+    assert len(writes) == 1
+    assert "INSERT INTO tasks" in prepared.sql_of(writes[0])
+    task = pg_store.get(made.task.id)
+    assert made.created and made.task == task
+    assert (task.status, task.version, task.event_seq, task.requester) == (
+        Status.RECEIVED,
+        1,
+        1,
+        clean_text("svc\x00-a"),
+    )
+    assert task.dispatched_at is not None and task.created_at is not None
+    (created,) = pg_store.events(task.id)
+    assert (created.seq, created.type, created.to_status) == (1, "created", Status.RECEIVED)
+    assert created.data == {"workflow": "noop@1", "requester": task.requester}
+    assert created.at == task.created_at  # the same statement's clock
+    again = pg_store.create_or_get(tenant, "k-one", request, requester="svc")
+    assert not again.created and again.task.id == task.id
+    assert len(pg_store.events(task.id)) == 1
