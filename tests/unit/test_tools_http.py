@@ -347,3 +347,36 @@ def test_reconcile_read_by_key(service: FakeService) -> None:
     )
     assert isinstance(out, Ok) and out.result == {"refunds": [REFUND]}
     assert service.seen[0].path == "/refunds?idempotency_key=refund%3Areq-8472%3Apay_8472_b"
+
+
+def test_a_netrc_entry_never_replaces_the_tools_credential(
+    service: FakeService, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """requests' `trust_env` would read `~/.netrc` and send basic auth instead of the bearer
+    token for a host it names; the adapter does not read it."""
+    netrc = tmp_path / ".netrc"
+    netrc.write_text("machine 127.0.0.1 login someone password secret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    service.script[("GET", "/orders/8472")] = [(200, {"order_id": "8472"})]
+    adapter("GET", "/orders/{order_id}", service.url).invoke(inv({"order_id": "8472"}))
+    assert service.seen[0].headers["Authorization"] == "Bearer tok-abc"
+
+
+def test_proxies_and_ca_bundle_still_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What `trust_env` gave besides `.netrc` is still read: once per origin."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "payments.internal")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/ssl/company.pem")
+    a = adapter("GET", "/x", "https://orders.internal")
+    got = a._settings("https://orders.internal/orders/1?x=1")
+    assert got["proxies"].get("https") == "http://proxy.internal:3128"
+    assert got["verify"] == "/etc/ssl/company.pem"
+    assert a._settings("https://payments.internal/p")["proxies"] == {}
+    monkeypatch.setenv("HTTPS_PROXY", "http://other:1")  # read once per origin
+    assert (
+        a._settings("https://orders.internal/y")["proxies"]["https"] == "http://proxy.internal:3128"
+    )
