@@ -51,6 +51,13 @@ def clean_json(value: Any) -> Any:
     Returns the same object when nothing needed cleaning (no copy on the hot path). A container
     is first written as ASCII JSON, in C: when that text spells no NUL or surrogate (and holds
     no NaN), nothing in it needs cleaning and it is returned as it is, without the walk."""
+    return clean_json_sized(value)[0]
+
+
+def clean_json_sized(value: Any) -> tuple[Any, int | None]:
+    """`clean_json(value)`, and the length of the ASCII JSON that showed it clean, when it was a
+    container that needed nothing (else None). No string in it is longer than that length: a
+    string is written at least as long as it is."""
     if isinstance(value, dict | list | tuple):
         try:
             text = json.dumps(value, allow_nan=False)
@@ -58,8 +65,8 @@ def clean_json(value: Any) -> Any:
             pass
         else:
             if _ESCAPED_UNSTORABLE.search(text) is None:
-                return value
-    return _clean_walk(value)
+                return value, len(text)
+    return _clean_walk(value), None
 
 
 def _clean_walk(value: Any) -> Any:

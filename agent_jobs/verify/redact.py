@@ -12,6 +12,7 @@ name that is itself a ledger value (`Customer.keep`) is not masked on its own in
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -72,6 +73,9 @@ class Customer:
         return f"[customer:{self.ref}]"
 
 
+# One customer's pattern serves every redaction of a step (a prompt redacts each history entry
+# on its own): built once per name and ledger words, not per call.
+@functools.lru_cache(maxsize=256)
 def _name_pattern(name: str | None, keep: frozenset[str] = frozenset()) -> re.Pattern[str] | None:
     if not name or not name.strip():
         return None

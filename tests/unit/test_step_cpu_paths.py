@@ -26,7 +26,10 @@ from agent_jobs.workflows.refund.prompts import MAX_TEXT_CHARS, bounded
 
 HOSTILE_TEXT = st.one_of(
     st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=20),
-    st.sampled_from(["\x00", "a\x00b", "\ud800", "\udfff tail", "\u202eevil", "x" * 4100]),
+    st.sampled_from(
+        ["\x00", "a\x00b", "\ud800", "\udfff tail", "\u202eevil", "x" * 4100, "x" * 3998]
+        + ["é" * 4001, "\x00" * 3999]
+    ),
 )
 SCALARS = (
     st.none()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent_jobs.core.text import clean_json, cut
+from agent_jobs.core.text import clean_json_sized, cut
 from agent_jobs.gateway import Message
 from agent_jobs.verify import Customer, redact
 
@@ -70,8 +70,13 @@ MAX_TEXT_CHARS = 4000
 def bounded(value: Any) -> Any:
     """`value` with NUL and lone surrogates replaced and every long string cut (see above).
     Cleaned once, at the top (`clean_json` walks the whole value), then cut: one pass each,
-    not a cleaning per level of nesting."""
-    return _cut_strings(clean_json(value))
+    not a cleaning per level of nesting. A value whose JSON is no longer than the cut holds no
+    string to cut, and is returned as it is: the common case, a tool's answer of a few hundred
+    bytes, costs one write in C and no walk."""
+    cleaned, size = clean_json_sized(value)
+    if size is not None and size <= MAX_TEXT_CHARS:
+        return cleaned
+    return _cut_strings(cleaned)
 
 
 def _cut_strings(value: Any) -> Any:
