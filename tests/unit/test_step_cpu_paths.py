@@ -27,8 +27,17 @@ from agent_jobs.workflows.refund.prompts import MAX_TEXT_CHARS, bounded
 HOSTILE_TEXT = st.one_of(
     st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=20),
     st.sampled_from(
-        ["\x00", "a\x00b", "\ud800", "\udfff tail", "\u202eevil", "x" * 4100, "x" * 3998]
-        + ["é" * 4001, "\x00" * 3999]
+        [
+            "\x00",
+            "a\x00b",
+            "\ud800",
+            "\udfff tail",
+            "\u202eevil",
+            "x" * 4100,
+            "x" * 3998,
+            "é" * 4001,
+            "\x00" * 3999,
+        ]
     ),
 )
 SCALARS = (
@@ -117,6 +126,14 @@ def _reference_bounded(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_reference_bounded(v) for v in value]
     return value
+
+
+@pytest.mark.parametrize("n", [MAX_TEXT_CHARS - 3, MAX_TEXT_CHARS, MAX_TEXT_CHARS + 1, 5000])
+@pytest.mark.parametrize("char", ["x", "é", "\x00"])
+def test_bounded_at_the_cuts_edge_in_a_container(n: int, char: str) -> None:
+    """The shortcut (a container whose JSON is short has nothing to cut) at its boundary."""
+    for value in ([char * n], {"note": char * n, "id": 1}, {"a": [{"b": char * n}]}):
+        assert json.dumps(bounded(value)) == json.dumps(_reference_bounded(value))
 
 
 @given(VALUES)
