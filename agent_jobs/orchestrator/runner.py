@@ -184,7 +184,11 @@ class Orchestrator:
         # A repeated request for a task nobody has started yet publishes again: if the first
         # publish was lost with a crashed API process, the client's retry repairs it at once.
         if result.created or (task.status is S.RECEIVED and task.lease_owner is None):
-            self.publisher.publish(Dispatch(task.id, task.tenant_id))
+            # The first step starts from the row just written (returned by the insert, or read
+            # for a repeated request) instead of reading it again: a quick first step is told
+            # the row, a leased one to claim at once. Hints, as after any commit.
+            dispatch = Dispatch(task.id, task.tenant_id)
+            self.publisher.publish(self._told(dispatch, task, workflow, carry=True))
         return result
 
     def cancel(self, task_id: str, tenant_id: str | None = None) -> CancelResult:
