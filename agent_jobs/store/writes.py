@@ -10,9 +10,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Column, Connection, Integer, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from agent_jobs.core.contracts import Action
 from agent_jobs.core.errors import ApprovalError, StaleTransition
 from agent_jobs.core.identity import principal
 from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
@@ -118,6 +119,8 @@ def _apply(  # noqa: PLR0917 - the two public functions above name every argumen
     data = {**patch.data, "by": actor or owner}
     pg = conn.dialect.name == "postgresql"
     ride = rides_cas(patch) if pg and lean else None
+    if pg and not lean and intent_rides(patch):
+        ride = "intent"
     cas = _cas_postgres if pg else _cas_generic
     row = cas(
         conn,
@@ -136,7 +139,9 @@ def _apply(  # noqa: PLR0917 - the two public functions above name every argumen
     if row is None:
         raise StaleTransition(task.id, task.version, epoch)
     new = None if lean and pg else task_from_row(row)
-    if ride is None:  # else the compare-and-set's statement wrote it
+    if ride == "intent":
+        _check_intent(conn, task.id, patch, row)
+    elif ride is None:  # else the compare-and-set's statement wrote it
         _write_effect(conn, task.id, patch)
         _write_approval(conn, task, patch)
     if patch.dead_letter is not None:
@@ -218,16 +223,27 @@ _CAS_TYPES = {
 
 
 def _cas_statement(
-    name: str, *, full: bool, guard: str = "", extra: str = "", types: dict[str, str] = _CAS_TYPES
+    name: str,
+    *,
+    full: bool,
+    guard: str = "",
+    extra: str = "",
+    types: dict[str, str] = _CAS_TYPES,
+    counted: tuple[str, ...] = (),
 ) -> prepared.Prepared:
     """One form of the compare-and-set: returning the whole new row (`full`), or only what a
     caller that needs no row back uses (a lean commit: the task's id); `guard` adds to its
-    WHERE, `extra` adds CTEs that read `u`, the updated row."""
+    WHERE, `extra` adds CTEs that read `u`, the updated row; `counted` names CTEs whose rows
+    are counted beside the row (`aj_<cte>`), for the caller to check."""
     returning, selected = (
         (_ALL_COLUMNS, _ALL_COLUMNS) if full else ("id, event_seq, trace_id", "id")
     )
+    columns: tuple[Column[Any], ...] = tuple(tasks.c) if full else (tasks.c.id,)
+    for cte in counted:
+        selected += f", (SELECT count(*) FROM {cte}) AS aj_{cte}"
+        columns += (Column(f"aj_{cte}", Integer),)
     sql = _PG_CAS_TEMPLATE.format(returning=returning, selected=selected, guard=guard, extra=extra)
-    return prepared.from_text(name, sql, types, tuple(tasks.c) if full else (tasks.c.id,))
+    return prepared.from_text(name, sql, types, columns)
 
 
 _PG_CAS = _cas_statement("aj_cas", full=True)
@@ -355,7 +371,14 @@ def _cas_postgres(
     ride: str | None = None,
 ) -> RowLike | None:
     extra: dict[str, Any] = {}
-    if ride is not None:
+    if ride == "intent":
+        assert patch.effect is not None
+        use = patch.approval_use
+        chosen = _PG_CAS_INTENT[use is not None]
+        extra = _effect_intent_values(task.id, patch.effect.action)
+        if use is not None:
+            extra |= _approval_used_values(task.id, use)
+    elif ride is not None:
         chosen, extra = _PG_CAS_RIDING[ride], _riding(task, patch, ride)
     elif unheld:
         chosen = _PG_CAS_UNHELD
@@ -496,38 +519,60 @@ def _insert_event(  # noqa: PLR0917 - one row's columns, in the table's order
     )
 
 
-# The effect intent and an approval's use, on Postgres (see `_EFFECT_OUTCOME` above).
-_PG_EFFECT_INTENT = prepared.from_text(
-    "aj_effect_intent",
-    """
+# The effect intent and an approval's use, on Postgres (see `_EFFECT_OUTCOME` above): each one
+# text with two forms, a statement of its own or a CTE riding in a full compare-and-set's
+# statement inside the intent's transaction (`intent_rides`).
+_EFFECT_INTENT = """
 INSERT INTO effects (task_id, idempotency_key, tool, tool_version, action_hash, status, attempts,
                      result, created_at, updated_at)
-VALUES (:task_id, :key, :tool, :tool_version, :action_hash, 'intent', 1, CAST('null' AS jsonb),
-        now(), now())
+SELECT {task}, :key, :tool, :tool_version, :action_hash, 'intent', 1, CAST('null' AS jsonb),
+       now(), now(){source}
 ON CONFLICT (task_id, idempotency_key) DO NOTHING
-RETURNING task_id
-""",
-    {
-        "task_id": "varchar",
-        "key": "varchar",
-        "tool": "varchar",
-        "tool_version": "varchar",
-        "action_hash": "varchar",
-    },
+RETURNING task_id"""
+_EFFECT_INTENT_TYPES = {
+    "task_id": "varchar",
+    "key": "varchar",
+    "tool": "varchar",
+    "tool_version": "varchar",
+    "action_hash": "varchar",
+}
+# Single use, unexpired, granted: checked by the database in the intent's transaction.
+_APPROVAL_USED = """
+UPDATE approvals SET status = 'used', used_at = now(){source}
+WHERE approvals.id = :approval_id AND approvals.task_id = {task}
+  AND approvals.status = 'granted' AND approvals.used_at IS NULL AND approvals.expires_at > now()
+RETURNING approvals.id"""
+_APPROVAL_USED_TYPES = {"approval_id": "varchar", "task_id": "varchar"}
+_PG_EFFECT_INTENT = prepared.from_text(
+    "aj_effect_intent",
+    _EFFECT_INTENT.format(task=":task_id", source=""),
+    _EFFECT_INTENT_TYPES,
     (effects.c.task_id,),
 )
-# Single use, unexpired, granted: checked by the database in the intent's transaction.
 _PG_APPROVAL_USED = prepared.from_text(
     "aj_approval_used",
-    """
-UPDATE approvals SET status = 'used', used_at = now()
-WHERE id = :id AND task_id = :task_id AND status = 'granted' AND used_at IS NULL
-  AND expires_at > now()
-RETURNING id
-""",
-    {"id": "varchar", "task_id": "varchar"},
+    _APPROVAL_USED.format(task=":task_id", source=""),
+    _APPROVAL_USED_TYPES,
     (approvals.c.id,),
 )
+# The intent's compare-and-set with the intent (and the approval's use) in its statement: two
+# round trips (it, and COMMIT) where the CAS, the intent, the use and COMMIT took four. The
+# counts say what the CTEs did; the caller checks them and raises, which rolls the whole
+# transaction back (`_check_intent`).
+_RIDING = " FROM u"
+_PG_CAS_INTENT = {
+    used: _cas_statement(
+        "aj_cas_intent_used" if used else "aj_cas_intent",
+        full=True,
+        extra=(
+            f",\nfx AS ({_EFFECT_INTENT.format(task='u.id', source=_RIDING)}\n)"
+            + (f",\nau AS ({_APPROVAL_USED.format(task='u.id', source=_RIDING)}\n)" if used else "")
+        ),
+        types=_CAS_TYPES | _EFFECT_INTENT_TYPES | (_APPROVAL_USED_TYPES if used else {}),
+        counted=("fx", "au") if used else ("fx",),
+    )
+    for used in (False, True)
+}
 _PG_APPROVAL_CLOSED = prepared.from_text(
     "aj_approval_closed",
     """
@@ -546,14 +591,12 @@ def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:
         return
     action = eff.action
     pg = conn.dialect.name == "postgresql"
-    key = {"task_id": task_id, "key": action.idempotency_key}
     if eff.status == "intent":
         # Intent before effect (invariant 3). The first intent for a key inserts its row (one
         # statement: `ON CONFLICT DO NOTHING` says whether it was there). A retry after
-        # "reconcile found nothing" reuses the row and its key; the action must be the very same.
-        named = {"tool": action.tool, "tool_version": action.tool_version}
+        # "reconcile found nothing" reuses the row and its key (`_reuse_intent`).
         if pg:
-            values = {**key, **named, "action_hash": action.action_hash}
+            values = _effect_intent_values(task_id, action)
             inserted = prepared.execute(conn, _PG_EFFECT_INTENT, values).first()
         else:
             inserted = conn.execute(
@@ -561,7 +604,8 @@ def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:
                 .values(
                     task_id=task_id,
                     idempotency_key=action.idempotency_key,
-                    **named,
+                    tool=action.tool,
+                    tool_version=action.tool_version,
                     action_hash=action.action_hash,
                     status="intent",
                     attempts=1,
@@ -572,26 +616,8 @@ def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:
                 .on_conflict_do_nothing(index_elements=["task_id", "idempotency_key"])
                 .returning(effects.c.task_id)
             ).first()
-        if inserted is not None:
-            return
-        existing = conn.execute(
-            select(effects.c.action_hash).where(
-                (effects.c.task_id == task_id)
-                & (effects.c.idempotency_key == action.idempotency_key)
-            )
-        ).scalar_one()
-        if existing != action.action_hash:
-            raise ValueError(
-                f"effect key {action.idempotency_key!r} already names a different action"
-            )
-        conn.execute(
-            update(effects)
-            .where(
-                (effects.c.task_id == task_id)
-                & (effects.c.idempotency_key == action.idempotency_key)
-            )
-            .values(status="intent", attempts=effects.c.attempts + 1, updated_at=db_now())
-        )
+        if inserted is None:
+            _reuse_intent(conn, task_id, action)
         return
     if pg:
         prepared.execute(conn, _PG_EFFECT_OUTCOME, _effect_outcome_values(task_id, eff))
@@ -603,6 +629,62 @@ def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:
         )
         .values(status=eff.status, result=eff.result, updated_at=db_now())
     )
+
+
+def _reuse_intent(conn: Connection, task_id: str, action: Action) -> None:
+    """The intent's row for this key was there already (a retry after "reconcile found
+    nothing"): it is reused, with its key, only for the very same action."""
+    where = (effects.c.task_id == task_id) & (effects.c.idempotency_key == action.idempotency_key)
+    existing = conn.execute(select(effects.c.action_hash).where(where)).scalar_one()
+    if existing != action.action_hash:
+        raise ValueError(f"effect key {action.idempotency_key!r} already names a different action")
+    conn.execute(
+        update(effects)
+        .where(where)
+        .values(status="intent", attempts=effects.c.attempts + 1, updated_at=db_now())
+    )
+
+
+def _effect_intent_values(task_id: str, action: Action) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        "key": action.idempotency_key,
+        "tool": action.tool,
+        "tool_version": action.tool_version,
+        "action_hash": action.action_hash,
+    }
+
+
+def _approval_used_values(task_id: str, use: ApprovalUse) -> dict[str, Any]:
+    return {"approval_id": use.approval_id, "task_id": task_id}
+
+
+def intent_rides(patch: Patch) -> bool:
+    """Whether a full (non-lean) commit on Postgres writes the patch's records in its
+    compare-and-set's statement: an effect's intent, with or without an approval's use, and
+    nothing else (`_PG_CAS_INTENT`). Such a commit runs in a transaction, which `_check_intent`
+    rolls back when the intent or the use did not land."""
+    eff, use = patch.effect, patch.approval_use
+    return (
+        eff is not None
+        and eff.status == "intent"
+        and patch.approval_request is None
+        and patch.dead_letter is None
+        and (use is None or use.status == "used")
+    )
+
+
+def _check_intent(conn: Connection, task_id: str, patch: Patch, row: RowLike) -> None:
+    """What the riding intent's CTEs did (`_PG_CAS_INTENT`), checked as the statements of
+    their own are: a key already there is reused only for the same action, and an approval
+    no longer usable raises, rolling back the compare-and-set and the intent with it."""
+    assert patch.effect is not None
+    m = row._mapping
+    if not m["aj_fx"]:
+        _reuse_intent(conn, task_id, patch.effect.action)
+    use = patch.approval_use
+    if use is not None and not m["aj_au"]:
+        raise ApprovalError(use.approval_id, "no longer usable (used, expired or not granted)")
 
 
 def _write_approval(conn: Connection, task: TaskRow, patch: Patch) -> None:
@@ -636,11 +718,11 @@ def _write_approval(conn: Connection, task: TaskRow, patch: Patch) -> None:
     if use is None:
         return
     if pg:
-        values: dict[str, Any] = {"id": use.approval_id, "task_id": task.id}
         if use.status == "used":
-            stmt = _PG_APPROVAL_USED
+            stmt, values = _PG_APPROVAL_USED, _approval_used_values(task.id, use)
         else:
-            stmt, values = _PG_APPROVAL_CLOSED, {**values, "status": use.status}
+            values = {"id": use.approval_id, "task_id": task.id, "status": use.status}
+            stmt = _PG_APPROVAL_CLOSED
         done = prepared.execute(conn, stmt, values).first()
     else:
         done = conn.execute(_approval_use(task, use)).first()

@@ -190,7 +190,9 @@ def test_the_approval_and_effect_records_are_the_same_prepared_or_not(
     with statements(pg_store) as seen:
         on = _approval_and_effect(pg_store, tenant, lean=lean)
     ran = {s.split()[1].split("(")[0] for s in seen if s.startswith("EXECUTE")}
-    assert {"aj_approval_used", "aj_effect_intent", "aj_decide_approval"} <= ran
+    # The intent and the approval's use ride in the intent's compare-and-set (a transaction).
+    assert {"aj_cas_intent_used", "aj_decide_approval"} <= ran
+    assert not {"aj_approval_used", "aj_effect_intent"} & ran
     if lean:
         assert {"aj_cas_lean_approval", "aj_cas_lean_effect"} <= ran
     else:
