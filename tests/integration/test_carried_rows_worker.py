@@ -56,9 +56,13 @@ def test_a_forged_row_changes_nothing_and_a_signed_one_is_sent_on(
     assert running.status is Status.RUNNING and running.state["left"] == 20
     queue = tenant_queue(live.settings.queue_prefix, tenant)
     bodies = [json.loads(base64.b64decode(m["body"])) for m in _queued(redis_url, queue)]
-    # (args, kwargs, embed): the submit's message has (task_id,), the step's (task_id, carried).
-    [carried] = [args[1] for args, _, _ in bodies if len(args) == 2]
-    assert live.publisher.rows.decode(carried, task.id) == running
+    # (args, kwargs, embed): (task_id, carried). The submit's message carries the new row, the
+    # step's the row its commit left.
+    carried_rows = [args[1] for args, _, _ in bodies if len(args) == 2]
+    decoded = [live.publisher.rows.decode(c, task.id) for c in carried_rows]
+    assert len(decoded) == 2 and running in decoded
+    assert any(d is not None and d.status is Status.RECEIVED and d.version == 1 for d in decoded)
+    carried = carried_rows[decoded.index(running)]
 
     # Whoever can write to the broker forges the row: nothing left to do, straight to verify.
     forged_row = json.loads(carried["row"])
