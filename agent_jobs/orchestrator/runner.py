@@ -555,8 +555,18 @@ class Orchestrator:
     ) -> Dispatch:
         """The next step's message, told what that step may skip: a quick step its read (it
         starts from `after`, when `carry`: the row the commit returned), a leased step the read
-        before its claim (`Dispatch.claim`). Hints, judged on the row as the commit left it."""
-        if self._quick(after, workflow):
+        before its claim (`Dispatch.claim`). Hints, judged on the row as the commit left it:
+        a workflow's `quick` hook that raises gives none (the step itself then runs the hook
+        again, and a failure there is counted like any step's), never a failed commit or
+        submit."""
+        try:
+            quick = self._quick(after, workflow)
+        except Exception:
+            log.warning(
+                "quick hook of %s raised; no hint for its next step", after.id, exc_info=True
+            )
+            return dispatch
+        if quick:
             return dispatch._replace(row=after) if carry else dispatch
         return dispatch._replace(claim=True)
 

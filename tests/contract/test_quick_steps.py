@@ -77,3 +77,31 @@ def test_a_duplicate_delivery_of_a_quick_step_does_nothing(pg_store: Any, tenant
     assert after - before == len(moved) >= 1
     transitions = [e for e in pg_store.events(task_id) if e.to_status]
     assert len(transitions) == after
+
+
+def test_a_quick_hook_that_raises_fails_neither_the_submit_nor_a_commit(
+    store: Any, tenant: str
+) -> None:
+    """The hint a submit or a commit gives the next step asks the workflow's `quick` hook; a
+    hook that raises gives no hint (the step runs it again and records the failure, counted
+    and bounded), and the task created or the transition committed stands."""
+    from agent_jobs.workflows.noop import NoopWorkflow
+
+    class Raising(NoopWorkflow):
+        name, version = "raising-quick", 1
+
+        def quick(self, inp: Any) -> bool:
+            raise RuntimeError("a buggy quick hook")
+
+    registry = default_registry()
+    registry.register(Raising())
+    h = Harness(store, registry)
+    request = TaskRequest(workflow="raising-quick@1", input={"steps": 1})
+    task_id = h.submit(tenant, "k-raise", request).id  # no exception
+    assert store.get(task_id).status is Status.RECEIVED
+    (sent,) = h.publisher.published
+    assert sent.row is None and not sent.claim  # a plain message: the step reads
+    # Each step runs the hook again and fails: counted, retried, then FAILED (bounded).
+    task = h.settle(task_id)
+    assert task.status is Status.FAILED
+    assert task.attempts == h.settings.max_attempts
