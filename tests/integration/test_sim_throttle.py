@@ -49,7 +49,9 @@ def test_a_throttled_refund_is_throttled_not_unknown_and_the_same_key_succeeds_l
     assert isinstance(out, wf.EffectThrottled) and out.retry_after_s == 2.0
     assert out.reason.startswith("rate_limited")
     assert sim.admin.refunds() == []  # nothing was applied
-    [entry] = sim.admin.requests("refunds.create")
+    # Status and fault are filled in once the response is written, which can be just after the
+    # caller read it: wait for the entry to complete.
+    [entry] = sim.admin.requests("refunds.create", min_count=1)
     assert (entry["status"], entry["fault"]) == (429, "throttle")
 
     again = workflow.execute(step_input(approved_state()), ACTION)
@@ -88,7 +90,8 @@ def test_a_read_throttled_briefly_is_waited_out(sim: SimServer) -> None:
         "req-8472",
     )
     assert result.outcome.kind == "ok"
-    assert [e["status"] for e in sim.admin.requests("orders.get")] == [429, 200]
+    done = sim.admin.requests("orders.get", min_count=2)  # both completed (see above)
+    assert [e["status"] for e in done] == [429, 200]
 
 
 def test_retry_after_is_refused_on_faults_that_cannot_carry_it(sim: SimServer) -> None:
