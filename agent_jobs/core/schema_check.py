@@ -15,8 +15,11 @@ installed, every check is `jsonschema`'s.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 try:
     import jsonschema_rs as _rs
@@ -60,3 +63,26 @@ def fast_check(schema: Mapping[str, Any]) -> Callable[[Any], bool] | None:
             return False
 
     return is_valid
+
+
+@dataclass(frozen=True)
+class CheckedSchema:
+    """A schema's `jsonschema` validator (whose messages callers quote) with the fast "valid" in
+    front of it where it applies: what the gateway and the tool descriptors validate with."""
+
+    validator: Any
+    fast: Callable[[Any], bool] | None
+
+    @classmethod
+    def of(cls, schema: Mapping[str, Any]) -> CheckedSchema:
+        """For a schema already known to be valid JSON Schema (callers check it first, each
+        raising its own error)."""
+        return cls(Draft202012Validator(dict(schema)), fast_check(schema))
+
+    def errors(self, instance: Any) -> Iterable[Any]:
+        """`jsonschema`'s errors for `instance`; none, without asking it, when the fast check
+        says it is valid."""
+        if self.fast is not None and self.fast(instance):
+            return ()
+        found: Iterable[Any] = self.validator.iter_errors(instance)
+        return found

@@ -10,15 +10,14 @@ that message is what the repair request sends back to the model.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 from agent_jobs.core.hashing import canonical_json
 from agent_jobs.core.memo import SameObjectMemo
-from agent_jobs.core.schema_check import fast_check
+from agent_jobs.core.schema_check import CheckedSchema
 
 
 def _variant(kind: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -124,13 +123,7 @@ PROPOSAL_V3: dict[str, Any] = {
 SCHEMAS: Mapping[str, dict[str, Any]] = {"proposal_v3": PROPOSAL_V3}
 
 
-@dataclass(frozen=True)
-class _Compiled:
-    validator: Any  # jsonschema's, for the messages
-    fast: Callable[[Any], bool] | None  # `core.schema_check`'s "valid", where it applies
-
-
-_cache: dict[str, _Compiled] = {}
+_cache: dict[str, CheckedSchema] = {}
 _cache_lock = threading.Lock()
 
 
@@ -144,14 +137,14 @@ def validator_for(schema: Mapping[str, Any]) -> Any:
     return _compiled_by_object(schema).validator
 
 
-def _compiled_by_canonical_json(schema: Mapping[str, Any]) -> _Compiled:
+def _compiled_by_canonical_json(schema: Mapping[str, Any]) -> CheckedSchema:
     key = canonical_json(dict(schema))
     with _cache_lock:
         hit = _cache.get(key)
     if hit is not None:
         return hit
     Draft202012Validator.check_schema(schema)
-    compiled = _Compiled(Draft202012Validator(dict(schema)), fast_check(schema))
+    compiled = CheckedSchema.of(schema)
     with _cache_lock:
         # Bounded: routes and tool schemas are configuration, but a caller inventing schemas per
         # request must not grow this forever.
@@ -167,11 +160,8 @@ _compiled_by_object = SameObjectMemo(_compiled_by_canonical_json)
 def validation_errors(schema: Mapping[str, Any], instance: Any, *, limit: int = 5) -> list[str]:
     """Readable validation errors (`$.path: message`), at most `limit`, empty when valid. A
     valid instance is recognised by the fast check (`core.schema_check`) where it applies."""
-    compiled = _compiled_by_object(schema)
-    if compiled.fast is not None and compiled.fast(instance):
-        return []
     found = sorted(
-        compiled.validator.iter_errors(instance),
+        _compiled_by_object(schema).errors(instance),
         key=lambda e: [str(p) for p in e.absolute_path],
     )
     out = []

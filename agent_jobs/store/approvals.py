@@ -16,7 +16,7 @@ from agent_jobs.core.text import cut, to_json
 from agent_jobs.store import prepared
 from agent_jobs.store.base import StoreBase
 from agent_jobs.store.rows import Dispatch, approval_from_row
-from agent_jobs.store.schema import approvals, tasks
+from agent_jobs.store.schema import approvals, columns_sql, tasks
 from agent_jobs.store.types import UTCDateTime, db_now
 from agent_jobs.store.writes import append_event
 
@@ -44,7 +44,7 @@ WITH a AS (
          approver_principal = :approver_principal, decided_at = now()
   WHERE id = :id AND status = 'pending' AND expires_at > now()
     AND requester_principal <> :approver_principal
-  RETURNING {", ".join(c.name for c in approvals.c)}
+  RETURNING {columns_sql(approvals)}
 ), t AS (
   UPDATE tasks SET
     event_seq = tasks.event_seq + 1,
@@ -57,7 +57,7 @@ WITH a AS (
   SELECT t.id, t.event_seq, :event, t.status, NULL, CAST(:data AS jsonb), t.trace_id, now()
   FROM t
 )
-SELECT {", ".join(f"a.{c.name}" for c in approvals.c)}, t.tenant_id AS aj_tenant,
+SELECT {columns_sql(approvals, "a")}, t.tenant_id AS aj_tenant,
        t.status = :waiting AS aj_woke
 FROM a LEFT JOIN t ON true
 """,
@@ -175,12 +175,10 @@ class ApprovalStore(StoreBase):
                     (tasks.c.id == view.task_id) & (tasks.c.status == Status.APPROVAL_WAIT.value)
                 )
                 .values(next_attempt_at=db_now(), dispatched_at=db_now())
-                .returning(tasks.c.id, tasks.c.tenant_id)
-            ).first()
+                .returning(tasks.c.tenant_id)
+            ).scalar()
             append_event(conn, view.task_id, f"approval_{status}", data)
-        # APPROVAL_WAIT's step always runs under a lease: its message says to claim at once.
-        dispatch = Dispatch(woke[0], woke[1], claim=True) if woke is not None else None
-        return DecisionResult(view, dispatch)
+        return _decided(view, woke)
 
     def _decide_pg(
         self, approval_id: str, approver: str, status: str, data: dict[str, Any]
@@ -202,9 +200,15 @@ class ApprovalStore(StoreBase):
         m = row._mapping
         if m["aj_tenant"] is None:  # the foreign key makes this impossible; never silent
             raise LookupError(view.task_id)
-        # APPROVAL_WAIT's step always runs under a lease: its message says to claim at once.
-        woke = Dispatch(view.task_id, m["aj_tenant"], claim=True) if m["aj_woke"] else None
-        return DecisionResult(view, woke)
+        return _decided(view, m["aj_tenant"] if m["aj_woke"] else None)
+
+
+def _decided(view: ApprovalView, woken_tenant: str | None) -> DecisionResult:
+    """The decision, and the step to publish when it woke its task (`woken_tenant`: the task's
+    tenant). APPROVAL_WAIT's step always runs under a lease: its message says to claim at once."""
+    if woken_tenant is None:
+        return DecisionResult(view, None)
+    return DecisionResult(view, Dispatch(view.task_id, woken_tenant, claim=True))
 
 
 def _refusal(conn: Connection, approval_id: str) -> str:

@@ -48,6 +48,13 @@ DISPATCHABLE = _in({Status.RECEIVED, Status.RUNNING, Status.VERIFYING})
 ACTIVE = _in(set(RUNNABLE) | set(PARKED))
 
 
+def columns_sql(table: Table, qualifier: str = "") -> str:
+    """`table`'s columns named in order, for hand-written SQL (never `*`: a column a migration
+    adds lands at the end of the table), each prefixed with `qualifier.` if given."""
+    prefix = f"{qualifier}." if qualifier else ""
+    return ", ".join(prefix + c.name for c in table.c)
+
+
 def _partial(where: str) -> dict[str, object]:
     clause = text(where)
     return {"postgresql_where": clause, "sqlite_where": clause}

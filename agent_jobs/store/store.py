@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Select,
     bindparam,
     case,
     func,
@@ -50,6 +51,7 @@ from agent_jobs.store.rows import (
     task_from_row,
 )
 from agent_jobs.store.schema import (
+    columns_sql,
     effects,
     task_events,
     tasks,
@@ -122,6 +124,20 @@ _CLAIM_PREPARED = prepared.from_clause(
     tuple(tasks.c),
 )
 
+_CLAIM_READ_PREPARED = prepared.from_clause(
+    "aj_claim_read",
+    _CLAIM_READ,
+    {
+        "p_id": "varchar",
+        "p_version": "integer",
+        "p_seq": "integer",
+        "p_epoch": "integer",
+        "p_owner": "varchar",
+        "p_ttl": "double precision",
+    },
+    (tasks.c.lease_epoch, tasks.c.lease_expires_at),
+)
+
 # A new task on Postgres: the row, its "created" event and its first dispatch record in one
 # statement on an autocommit connection (one round trip where BEGIN, two INSERTs and COMMIT
 # took four, and no SQLAlchemy Core compilation of the two INSERTs: about 0.3 ms of CPU each).
@@ -138,7 +154,7 @@ WITH t AS (
           CAST(:c_input AS jsonb), CAST(:c_pinned AS jsonb), '{Status.RECEIVED.value}', 1, 0,
           now(), 0, CAST(:c_state AS json), 1, :c_trace, now(), now())
   ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-  RETURNING {", ".join(c.name for c in tasks.c)}
+  RETURNING {columns_sql(tasks)}
 ), e AS (
   INSERT INTO task_events (task_id, seq, type, from_status, to_status, data, trace_id, at)
   SELECT id, 1, 'created', NULL, status, CAST(:c_data AS jsonb), trace_id, now() FROM t
@@ -159,20 +175,6 @@ SELECT * FROM t
         "c_data": "jsonb",
     },
     tuple(tasks.c),
-)
-
-_CLAIM_READ_PREPARED = prepared.from_clause(
-    "aj_claim_read",
-    _CLAIM_READ,
-    {
-        "p_id": "varchar",
-        "p_version": "integer",
-        "p_seq": "integer",
-        "p_epoch": "integer",
-        "p_owner": "varchar",
-        "p_ttl": "double precision",
-    },
-    (tasks.c.lease_epoch, tasks.c.lease_expires_at),
 )
 
 
@@ -267,12 +269,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
                     )
                 )
                 return CreateResult(task, created=True)
-            existing = conn.execute(
-                select(tasks).where(
-                    (tasks.c.tenant_id == tenant_id) & (tasks.c.idempotency_key == idempotency_key)
-                )
-            ).one()
-        return _existing(existing, tenant_id, idempotency_key, phash)
+            return _existing(conn, tenant_id, idempotency_key, phash)
 
     def _create_pg(  # noqa: PLR0917 - create_or_get's arguments, passed on
         self,
@@ -304,12 +301,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
                 return CreateResult(task_from_row(row), created=True)
             # The key is taken: the conflicting insert has committed (ON CONFLICT waited for
             # it), so this read sees its row.
-            existing = conn.execute(
-                select(tasks).where(
-                    (tasks.c.tenant_id == tenant_id) & (tasks.c.idempotency_key == idempotency_key)
-                )
-            ).one()
-        return _existing(existing, tenant_id, idempotency_key, phash)
+            return _existing(conn, tenant_id, idempotency_key, phash)
 
     def get(self, task_id: str, tenant_id: str | None = None) -> TaskRow:
         """The task, or `RecordNotFound`; with a tenant, another tenant's task is also not
@@ -326,9 +318,8 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
     def get_by_key(self, tenant_id: str, idempotency_key: str) -> TaskRow:
         """The tenant's task created with `idempotency_key`, or `RecordNotFound` — how a sender that
         submitted without reading the answer (a Celery-native sender) learns its task id."""
-        cond = (tasks.c.tenant_id == tenant_id) & (tasks.c.idempotency_key == idempotency_key)
         with self.engine.connect() as conn:
-            row = conn.execute(select(tasks).where(cond)).first()
+            row = conn.execute(_by_key(tenant_id, idempotency_key)).first()
         if row is None:
             raise RecordNotFound(f"no task with idempotency key {idempotency_key!r}")
         return task_from_row(row)
@@ -610,9 +601,16 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
             return list(conn.execute(sweeps.consumable_tenants_query()).scalars())
 
 
-def _existing(row: Any, tenant_id: str, idempotency_key: str, phash: str) -> CreateResult:
-    """The task a repeated key names; the same key with another payload is a conflict."""
-    task = task_from_row(row)
+def _by_key(tenant_id: str, idempotency_key: str) -> Select[Any]:
+    return select(tasks).where(
+        (tasks.c.tenant_id == tenant_id) & (tasks.c.idempotency_key == idempotency_key)
+    )
+
+
+def _existing(conn: Connection, tenant_id: str, idempotency_key: str, phash: str) -> CreateResult:
+    """The task a repeated key names, read on `conn`; the same key with another payload is a
+    conflict."""
+    task = task_from_row(conn.execute(_by_key(tenant_id, idempotency_key)).one())
     if task.payload_hash != phash:
         raise IdempotencyConflict(tenant_id, idempotency_key)
     return CreateResult(task, created=False)

@@ -21,7 +21,14 @@ from agent_jobs.core.states import RUNNABLE, check_transition
 from agent_jobs.core.text import to_json
 from agent_jobs.store import prepared
 from agent_jobs.store.rows import Dispatch, PendingEvent, RowLike, TaskRow, task_from_row
-from agent_jobs.store.schema import approvals, dead_letters, effects, task_events, tasks
+from agent_jobs.store.schema import (
+    approvals,
+    columns_sql,
+    dead_letters,
+    effects,
+    task_events,
+    tasks,
+)
 from agent_jobs.store.types import db_now, db_now_plus
 
 
@@ -70,25 +77,37 @@ def apply_patch_lean(
 def single_statement(patch: Patch, *, lean: bool = False) -> bool:
     """On Postgres the patch's whole commit is one statement, atomic by itself, so it needs no
     transaction around it: the task row and its events, and, for a lean commit (no new row
-    back), the one record that rides in the compare-and-set's own statement (`rides_cas`)."""
+    back), the one record that rides in the compare-and-set's own statement (`rides`)."""
     plain = (
         patch.effect is None
         and patch.approval_request is None
         and patch.approval_use is None
         and patch.dead_letter is None
     )
-    return plain or (lean and rides_cas(patch) is not None)
+    return plain or (lean and rides(patch, lean=True) is not None)
 
 
-def rides_cas(patch: Patch) -> str | None:
-    """The record a lean compare-and-set writes in its own statement on Postgres, if the patch
-    writes exactly one besides the row and its events: `"effect"` (an effect's outcome, not an
-    intent: an intent may reuse its row) or `"approval"` (an approval asked for)."""
-    if patch.approval_use is not None or patch.dead_letter is not None:
+def rides(patch: Patch, *, lean: bool) -> str | None:
+    """Which records the compare-and-set writes in its own statement on Postgres (a key of
+    `_PG_CAS_RIDING`), if any. A lean commit (autocommit, no row back) carries the patch's one
+    record when it writes exactly one: `"effect"` (an effect's outcome; not an intent, which may
+    reuse its row) or `"approval"` (an approval asked for). A full commit (in a transaction,
+    which `_check_intent` can roll back) carries an effect's intent, `"intent"`, with the
+    approval it uses, `"intent_used"`."""
+    eff, req, use = patch.effect, patch.approval_request, patch.approval_use
+    if patch.dead_letter is not None:
         return None
-    if patch.approval_request is None and patch.effect is not None:
-        return "effect" if patch.effect.status != "intent" else None
-    if patch.approval_request is not None and patch.effect is None:
+    if not lean:
+        if eff is None or eff.status != "intent" or req is not None:
+            return None
+        if use is None:
+            return "intent"
+        return "intent_used" if use.status == "used" else None
+    if use is not None:
+        return None
+    if req is None and eff is not None:
+        return "effect" if eff.status != "intent" else None
+    if req is not None and eff is None:
         return "approval"
     return None
 
@@ -118,9 +137,7 @@ def _apply(  # noqa: PLR0917 - the two public functions above name every argumen
     # Who moved it: the lease owner, or a sweeper acting on a lapsed lease.
     data = {**patch.data, "by": actor or owner}
     pg = conn.dialect.name == "postgresql"
-    ride = rides_cas(patch) if pg and lean else None
-    if pg and not lean and intent_rides(patch):
-        ride = "intent"
+    ride = rides(patch, lean=lean) if pg else None
     cas = _cas_postgres if pg else _cas_generic
     row = cas(
         conn,
@@ -139,7 +156,7 @@ def _apply(  # noqa: PLR0917 - the two public functions above name every argumen
     if row is None:
         raise StaleTransition(task.id, task.version, epoch)
     new = None if lean and pg else task_from_row(row)
-    if ride == "intent":
+    if ride in _INTENT_RIDES:
         _check_intent(conn, task.id, patch, row)
     elif ride is None:  # else the compare-and-set's statement wrote it
         _write_effect(conn, task.id, patch)
@@ -196,8 +213,7 @@ WITH u AS (
 ){extra}
 SELECT {selected} FROM u
 """
-# Named, never `*`: a column added by a migration lands at the end of the table.
-_ALL_COLUMNS = ", ".join(c.name for c in tasks.c)
+_ALL_COLUMNS = columns_sql(tasks)
 # Prepared once per connection (see `prepared`): planning the CTE costs about as much as
 # running it. The types are those of the columns each parameter is compared with or written to.
 _CAS_TYPES = {
@@ -257,7 +273,7 @@ _PG_CAS_UNHELD = _cas_statement("aj_cas_unheld", full=True, guard="\n    AND hel
 # the CAS (SQLAlchemy Core's compilation of an `insert().values(...)` costs about 0.3 ms of CPU),
 # each one text with two forms. `{task}` is where the task's id comes from and `{source}` what
 # the statement reads: a statement of its own (`:..._task_id`, nothing) or a CTE riding in a
-# lean compare-and-set's statement (`u.id`, `FROM u`, so it runs only if the CAS matched).
+# compare-and-set's statement (`u.id`, `FROM u`, so it runs only if the CAS matched).
 # SQLite runs the same through SQLAlchemy Core (`_write_effect`, `_write_approval`).
 _EFFECT_OUTCOME = """
 UPDATE effects SET status = :fx_status, result = CAST(:fx_result AS jsonb),
@@ -300,20 +316,6 @@ _PG_APPROVAL_REQUEST = prepared.from_text(
     _APPROVAL_REQUEST.format(task=":ap_task_id", source=""),
     _APPROVAL_REQUEST_TYPES,
 )
-# A lean compare-and-set with the one record its patch carries (`rides_cas`) in its statement:
-# one round trip where BEGIN, the CAS, the record and COMMIT took four.
-_PG_CAS_RIDING = {
-    ride: _cas_statement(
-        f"aj_cas_lean_{ride}",
-        full=False,
-        extra=f",\n{cte} AS ({record.format(task='u.id', source=' FROM u')}\n)",
-        types=_CAS_TYPES | types,
-    )
-    for ride, cte, record, types in (
-        ("effect", "fx", _EFFECT_OUTCOME, _EFFECT_OUTCOME_TYPES),
-        ("approval", "ar", _APPROVAL_REQUEST, _APPROVAL_REQUEST_TYPES),
-    )
-}
 
 
 def _effect_outcome_values(task_id: str, eff: EffectWrite) -> dict[str, Any]:
@@ -342,13 +344,118 @@ def _approval_request_values(task: TaskRow, req: ApprovalRequest) -> dict[str, A
     }
 
 
+def _effect_intent_values(task_id: str, action: Action) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        "key": action.idempotency_key,
+        "tool": action.tool,
+        "tool_version": action.tool_version,
+        "action_hash": action.action_hash,
+    }
+
+
+def _approval_used_values(task_id: str, use: ApprovalUse) -> dict[str, Any]:
+    return {"approval_id": use.approval_id, "task_id": task_id}
+
+
+# The effect intent and an approval's use, likewise: a statement of its own or a CTE riding in
+# the intent's full compare-and-set, inside its transaction.
+_EFFECT_INTENT = """
+INSERT INTO effects (task_id, idempotency_key, tool, tool_version, action_hash, status, attempts,
+                     result, created_at, updated_at)
+SELECT {task}, :key, :tool, :tool_version, :action_hash, 'intent', 1, CAST('null' AS jsonb),
+       now(), now(){source}
+ON CONFLICT (task_id, idempotency_key) DO NOTHING
+RETURNING task_id"""
+_EFFECT_INTENT_TYPES = {
+    "task_id": "varchar",
+    "key": "varchar",
+    "tool": "varchar",
+    "tool_version": "varchar",
+    "action_hash": "varchar",
+}
+# Single use, unexpired, granted: checked by the database in the intent's transaction.
+_APPROVAL_USED = """
+UPDATE approvals SET status = 'used', used_at = now(){source}
+WHERE approvals.id = :approval_id AND approvals.task_id = {task}
+  AND approvals.status = 'granted' AND approvals.used_at IS NULL AND approvals.expires_at > now()
+RETURNING approvals.id"""
+_APPROVAL_USED_TYPES = {"approval_id": "varchar", "task_id": "varchar"}
+_PG_EFFECT_INTENT = prepared.from_text(
+    "aj_effect_intent",
+    _EFFECT_INTENT.format(task=":task_id", source=""),
+    _EFFECT_INTENT_TYPES,
+    (effects.c.task_id,),
+)
+_PG_APPROVAL_USED = prepared.from_text(
+    "aj_approval_used",
+    _APPROVAL_USED.format(task=":task_id", source=""),
+    _APPROVAL_USED_TYPES,
+    (approvals.c.id,),
+)
+_PG_APPROVAL_CLOSED = prepared.from_text(
+    "aj_approval_closed",
+    """
+UPDATE approvals SET status = :status
+WHERE id = :id AND task_id = :task_id AND status IN ('pending', 'granted')
+RETURNING id
+""",
+    {"status": "varchar", "id": "varchar", "task_id": "varchar"},
+    (approvals.c.id,),
+)
+
+
+# The compare-and-set with the records its patch carries in its own statement (`rides`), each
+# a CTE reading `u`, the updated row, so it runs only if the CAS matched. A lean commit's one
+# record: one round trip where BEGIN, the CAS, the record and COMMIT took four. The intent's,
+# in its transaction: two round trips (it, and COMMIT) where the CAS, the intent, the use and
+# COMMIT took four; the CTEs' rows are counted beside the row, and `_check_intent` raises on
+# what did not land, which rolls the whole transaction back.
+def _cte(name: str, record: str) -> str:
+    return f",\n{name} AS ({record.format(task='u.id', source=' FROM u')}\n)"
+
+
+_INTENT_CTE = _cte("fx", _EFFECT_INTENT)
+_INTENT_TYPES = _CAS_TYPES | _EFFECT_INTENT_TYPES
+_PG_CAS_RIDING = {
+    "effect": _cas_statement(
+        "aj_cas_lean_effect",
+        full=False,
+        extra=_cte("fx", _EFFECT_OUTCOME),
+        types=_CAS_TYPES | _EFFECT_OUTCOME_TYPES,
+    ),
+    "approval": _cas_statement(
+        "aj_cas_lean_approval",
+        full=False,
+        extra=_cte("ar", _APPROVAL_REQUEST),
+        types=_CAS_TYPES | _APPROVAL_REQUEST_TYPES,
+    ),
+    "intent": _cas_statement(
+        "aj_cas_intent", full=True, extra=_INTENT_CTE, types=_INTENT_TYPES, counted=("fx",)
+    ),
+    "intent_used": _cas_statement(
+        "aj_cas_intent_used",
+        full=True,
+        extra=_INTENT_CTE + _cte("au", _APPROVAL_USED),
+        types=_INTENT_TYPES | _APPROVAL_USED_TYPES,
+        counted=("fx", "au"),
+    ),
+}
+_INTENT_RIDES = frozenset({"intent", "intent_used"})
+
+
 def _riding(task: TaskRow, patch: Patch, ride: str) -> dict[str, Any]:
-    """The parameters of the record that rides in the compare-and-set (`_PG_CAS_RIDING`)."""
+    """The parameters of the records that ride in the compare-and-set (`_PG_CAS_RIDING`)."""
+    if ride == "approval":
+        assert patch.approval_request is not None
+        return _approval_request_values(task, patch.approval_request)
+    assert patch.effect is not None
     if ride == "effect":
-        assert patch.effect is not None
         return _effect_outcome_values(task.id, patch.effect)
-    assert patch.approval_request is not None
-    return _approval_request_values(task, patch.approval_request)
+    values = _effect_intent_values(task.id, patch.effect.action)
+    if patch.approval_use is not None:
+        values |= _approval_used_values(task.id, patch.approval_use)
+    return values
 
 
 def _json(value: Any) -> str | None:
@@ -371,14 +478,7 @@ def _cas_postgres(
     ride: str | None = None,
 ) -> RowLike | None:
     extra: dict[str, Any] = {}
-    if ride == "intent":
-        assert patch.effect is not None
-        use = patch.approval_use
-        chosen = _PG_CAS_INTENT[use is not None]
-        extra = _effect_intent_values(task.id, patch.effect.action)
-        if use is not None:
-            extra |= _approval_used_values(task.id, use)
-    elif ride is not None:
+    if ride is not None:
         chosen, extra = _PG_CAS_RIDING[ride], _riding(task, patch, ride)
     elif unheld:
         chosen = _PG_CAS_UNHELD
@@ -519,72 +619,6 @@ def _insert_event(  # noqa: PLR0917 - one row's columns, in the table's order
     )
 
 
-# The effect intent and an approval's use, on Postgres (see `_EFFECT_OUTCOME` above): each one
-# text with two forms, a statement of its own or a CTE riding in a full compare-and-set's
-# statement inside the intent's transaction (`intent_rides`).
-_EFFECT_INTENT = """
-INSERT INTO effects (task_id, idempotency_key, tool, tool_version, action_hash, status, attempts,
-                     result, created_at, updated_at)
-SELECT {task}, :key, :tool, :tool_version, :action_hash, 'intent', 1, CAST('null' AS jsonb),
-       now(), now(){source}
-ON CONFLICT (task_id, idempotency_key) DO NOTHING
-RETURNING task_id"""
-_EFFECT_INTENT_TYPES = {
-    "task_id": "varchar",
-    "key": "varchar",
-    "tool": "varchar",
-    "tool_version": "varchar",
-    "action_hash": "varchar",
-}
-# Single use, unexpired, granted: checked by the database in the intent's transaction.
-_APPROVAL_USED = """
-UPDATE approvals SET status = 'used', used_at = now(){source}
-WHERE approvals.id = :approval_id AND approvals.task_id = {task}
-  AND approvals.status = 'granted' AND approvals.used_at IS NULL AND approvals.expires_at > now()
-RETURNING approvals.id"""
-_APPROVAL_USED_TYPES = {"approval_id": "varchar", "task_id": "varchar"}
-_PG_EFFECT_INTENT = prepared.from_text(
-    "aj_effect_intent",
-    _EFFECT_INTENT.format(task=":task_id", source=""),
-    _EFFECT_INTENT_TYPES,
-    (effects.c.task_id,),
-)
-_PG_APPROVAL_USED = prepared.from_text(
-    "aj_approval_used",
-    _APPROVAL_USED.format(task=":task_id", source=""),
-    _APPROVAL_USED_TYPES,
-    (approvals.c.id,),
-)
-# The intent's compare-and-set with the intent (and the approval's use) in its statement: two
-# round trips (it, and COMMIT) where the CAS, the intent, the use and COMMIT took four. The
-# counts say what the CTEs did; the caller checks them and raises, which rolls the whole
-# transaction back (`_check_intent`).
-_RIDING = " FROM u"
-_PG_CAS_INTENT = {
-    used: _cas_statement(
-        "aj_cas_intent_used" if used else "aj_cas_intent",
-        full=True,
-        extra=(
-            f",\nfx AS ({_EFFECT_INTENT.format(task='u.id', source=_RIDING)}\n)"
-            + (f",\nau AS ({_APPROVAL_USED.format(task='u.id', source=_RIDING)}\n)" if used else "")
-        ),
-        types=_CAS_TYPES | _EFFECT_INTENT_TYPES | (_APPROVAL_USED_TYPES if used else {}),
-        counted=("fx", "au") if used else ("fx",),
-    )
-    for used in (False, True)
-}
-_PG_APPROVAL_CLOSED = prepared.from_text(
-    "aj_approval_closed",
-    """
-UPDATE approvals SET status = :status
-WHERE id = :id AND task_id = :task_id AND status IN ('pending', 'granted')
-RETURNING id
-""",
-    {"status": "varchar", "id": "varchar", "task_id": "varchar"},
-    (approvals.c.id,),
-)
-
-
 def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:
     eff = patch.effect
     if eff is None:
@@ -645,37 +679,8 @@ def _reuse_intent(conn: Connection, task_id: str, action: Action) -> None:
     )
 
 
-def _effect_intent_values(task_id: str, action: Action) -> dict[str, Any]:
-    return {
-        "task_id": task_id,
-        "key": action.idempotency_key,
-        "tool": action.tool,
-        "tool_version": action.tool_version,
-        "action_hash": action.action_hash,
-    }
-
-
-def _approval_used_values(task_id: str, use: ApprovalUse) -> dict[str, Any]:
-    return {"approval_id": use.approval_id, "task_id": task_id}
-
-
-def intent_rides(patch: Patch) -> bool:
-    """Whether a full (non-lean) commit on Postgres writes the patch's records in its
-    compare-and-set's statement: an effect's intent, with or without an approval's use, and
-    nothing else (`_PG_CAS_INTENT`). Such a commit runs in a transaction, which `_check_intent`
-    rolls back when the intent or the use did not land."""
-    eff, use = patch.effect, patch.approval_use
-    return (
-        eff is not None
-        and eff.status == "intent"
-        and patch.approval_request is None
-        and patch.dead_letter is None
-        and (use is None or use.status == "used")
-    )
-
-
 def _check_intent(conn: Connection, task_id: str, patch: Patch, row: RowLike) -> None:
-    """What the riding intent's CTEs did (`_PG_CAS_INTENT`), checked as the statements of
+    """What the riding intent's CTEs did (`_PG_CAS_RIDING`), checked as the statements of
     their own are: a key already there is reused only for the same action, and an approval
     no longer usable raises, rolling back the compare-and-set and the intent with it."""
     assert patch.effect is not None
@@ -684,7 +689,7 @@ def _check_intent(conn: Connection, task_id: str, patch: Patch, row: RowLike) ->
         _reuse_intent(conn, task_id, patch.effect.action)
     use = patch.approval_use
     if use is not None and not m["aj_au"]:
-        raise ApprovalError(use.approval_id, "no longer usable (used, expired or not granted)")
+        raise _unusable(use)
 
 
 def _write_approval(conn: Connection, task: TaskRow, patch: Patch) -> None:
@@ -727,7 +732,11 @@ def _write_approval(conn: Connection, task: TaskRow, patch: Patch) -> None:
     else:
         done = conn.execute(_approval_use(task, use)).first()
     if done is None and use.status == "used":
-        raise ApprovalError(use.approval_id, "no longer usable (used, expired or not granted)")
+        raise _unusable(use)
+
+
+def _unusable(use: ApprovalUse) -> ApprovalError:
+    return ApprovalError(use.approval_id, "no longer usable (used, expired or not granted)")
 
 
 def _approval_use(task: TaskRow, use: ApprovalUse) -> Any:

@@ -12,7 +12,7 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
 
 from agent_jobs.core.errors import ConfigError
-from agent_jobs.core.schema_check import fast_check
+from agent_jobs.core.schema_check import CheckedSchema
 from agent_jobs.tools.adapter import Adapter
 
 SideEffect = Literal["none", "idempotent", "keyed"]
@@ -85,15 +85,13 @@ class ToolDescriptor:
     idempotency_key_template: str | None = None
     reconcile_tool: str | None = None
     credential_ttl_s: int = 60
-    _validator: Any = field(init=False, repr=False, compare=False)
-    _fast: Any = field(init=False, repr=False, compare=False)
+    _checked: CheckedSchema = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         schema = copy.deepcopy(dict(self.args_schema))
         _check_schema(self.name, schema)
         object.__setattr__(self, "args_schema", schema)
-        object.__setattr__(self, "_validator", Draft202012Validator(schema))
-        object.__setattr__(self, "_fast", fast_check(schema))
+        object.__setattr__(self, "_checked", CheckedSchema.of(schema))
         object.__setattr__(self, "step_scopes", frozenset(self.step_scopes))
         if self.timeout_s <= 0:
             raise ConfigError(f"tool {self.name}: timeout_s must be positive")
@@ -128,7 +126,5 @@ class ToolDescriptor:
     def validate_args(self, args: Mapping[str, Any]) -> list[str]:
         """Schema violations, most specific first; empty when the arguments are acceptable (a
         valid call is recognised by the fast check, `core.schema_check`, where it applies)."""
-        if self._fast is not None and self._fast(dict(args)):
-            return []
-        errors = sorted(self._validator.iter_errors(dict(args)), key=lambda e: list(e.path))
+        errors = sorted(self._checked.errors(dict(args)), key=lambda e: list(e.path))
         return [f"{'/'.join(str(p) for p in e.path) or '(args)'}: {e.message}" for e in errors]
