@@ -17,7 +17,8 @@ logging (`echo`) see every statement, because then the statement runs through SQ
 
 A prepared statement lives as long as its session, and `PREPARE` is not undone by a rollback, so
 a flag in the connection's `info` (which SQLAlchemy clears when the connection is replaced)
-records what this connection has prepared; a statement found missing anyway (`DISCARD ALL`)
+records what this connection has prepared; a statement found missing anyway (`DISCARD ALL`),
+or one whose plan a migration made stale (a returned column changed type: SQLSTATE 0A000),
 fails its transaction and is prepared again by the next. A pooler that does not keep sessions
 (PgBouncer in transaction mode) cannot hold them at all: `AGENT_JOBS_PG_PREPARE=0` runs the plain
 statements instead.
@@ -45,6 +46,11 @@ from agent_jobs.store.rows import RowLike
 ENV = "AGENT_JOBS_PG_PREPARE"
 _INFO_KEY = "agent_jobs_prepared"
 _NO_SUCH_STATEMENT = "26000"  # invalid_sql_statement_name
+# feature_not_supported: "cached plan must not change result type", after a migration changed
+# the type of a column a prepared statement returns. The statement still exists, so it must be
+# deallocated before it can be prepared again.
+_PLAN_CHANGED = "0A000"
+_STALE_KEY = "agent_jobs_prepared_stale"
 _EXECUTE = re.compile(r"\s*(?:EXECUTE|PREPARE)\s+(\w+)")
 _BY_NAME: dict[str, Prepared] = {}
 _SQL_LOG = logging.getLogger("sqlalchemy.engine.Engine")  # the logger SQLAlchemy logs SQL to
@@ -145,6 +151,8 @@ class Prepared:
     def run(self, conn: Connection, values: dict[str, Any]) -> FirstRow:
         done: set[str] = conn.info.setdefault(_INFO_KEY, set())
         if self.name not in done:
+            if conn.info.pop(_STALE_KEY, False):
+                conn.exec_driver_sql("DEALLOCATE ALL")
             conn.exec_driver_sql(self.prepare_sql)
             done.add(self.name)
         try:
@@ -152,10 +160,13 @@ class Prepared:
                 return conn.execute(self.statement, values)
             return self._run_on_cursor(conn, values)
         except DBAPIError as exc:
-            if getattr(exc.orig, "pgcode", None) == _NO_SUCH_STATEMENT:
-                # Deallocated behind our back (DISCARD ALL, a pooler that swapped sessions):
-                # this transaction is lost, but the next one on this connection prepares again.
+            if getattr(exc.orig, "pgcode", None) in (_NO_SUCH_STATEMENT, _PLAN_CHANGED):
+                # Deallocated behind our back (DISCARD ALL, a pooler that swapped sessions), or
+                # its plan outlived a migration that changed a returned column's type: this
+                # transaction is lost, but the next one on this connection deallocates what is
+                # left and prepares again, instead of failing until the process restarts.
                 done.clear()
+                conn.info[_STALE_KEY] = True
             raise
 
     def _run_on_cursor(self, conn: Connection, values: dict[str, Any]) -> RawResult:

@@ -143,6 +143,33 @@ def test_a_statement_deallocated_behind_its_back_is_prepared_again(
         assert pg_store.peek_claimable(conn, task_id) is not None
 
 
+def test_a_statement_whose_result_type_a_migration_changed_is_prepared_again(tenant: str) -> None:
+    """A migration that changes the type of a column a prepared statement returns makes the
+    statement fail with SQLSTATE 0A000 ("cached plan must not change result type"): that
+    transaction fails, the next one deallocates and prepares again instead of failing until
+    the worker restarts. On a database of its own: the migration is not undone."""
+    from agent_jobs.store.migrate import upgrade
+    from tests.conftest import new_database
+
+    with new_database() as url:
+        store = Store.from_url(url)
+        try:
+            upgrade(store.engine)
+            _, task_id = _noop(store, tenant)
+            with store.tx() as conn:
+                assert store.peek_claimable(conn, task_id) is not None
+            with store.engine.begin() as conn:
+                conn.exec_driver_sql("ALTER TABLE tasks ALTER COLUMN attempts TYPE bigint")
+            with pytest.raises(DBAPIError) as failed, store.tx() as conn:
+                store.peek_claimable(conn, task_id)
+            assert getattr(failed.value.orig, "pgcode", None) == "0A000"
+            for _ in range(2):  # recovered, and stays so
+                with store.tx() as conn:
+                    assert store.peek_claimable(conn, task_id) is not None
+        finally:
+            store.dispose()
+
+
 def _approval_and_effect(
     store: Store, tenant: str, *, lean: bool
 ) -> tuple[dict[str, Any], dict[str, Any]]:
