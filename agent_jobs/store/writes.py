@@ -191,8 +191,8 @@ WITH u AS (
         ELSE now() + make_interval(secs => CAST(:wake AS double precision)) END,
     state = COALESCE(CAST(:state AS json), state),
     attempts = COALESCE(CAST(:attempts AS integer), attempts),
-    last_error = CASE WHEN CAST(:attempts AS integer) = 0 THEN NULL
-        ELSE COALESCE(CAST(:last_error AS text), last_error) END,
+    last_error = CASE WHEN CAST(:last_error AS text) IS NOT NULL THEN CAST(:last_error AS text)
+        WHEN CAST(:attempts AS integer) = 0 THEN NULL ELSE last_error END,
     outcome = COALESCE(CAST(:outcome AS jsonb), outcome),
     lease_owner = CASE WHEN :keep THEN lease_owner ELSE NULL END,
     lease_expires_at = CASE WHEN :keep
