@@ -103,3 +103,11 @@ class Deferred(AgentJobsError):
 
     code = "deferred"
     hold_for = "deferred"
+
+
+class EffectKeyConflict(AgentJobsError, ValueError):
+    """An intent presented under an effect key that cannot take it: the key already names a
+    different action, or its effect was already committed (sending it again is the double
+    effect the key exists to prevent; its outcome is on record)."""
+
+    code = "effect_key_conflict"

@@ -14,7 +14,7 @@ from sqlalchemy import Column, Connection, Integer, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agent_jobs.core.contracts import Action
-from agent_jobs.core.errors import ApprovalError, StaleTransition
+from agent_jobs.core.errors import ApprovalError, EffectKeyConflict, StaleTransition
 from agent_jobs.core.identity import principal
 from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
 from agent_jobs.core.states import RUNNABLE, check_transition
@@ -667,11 +667,16 @@ def _write_effect(conn: Connection, task_id: str, patch: Patch) -> None:
 
 def _reuse_intent(conn: Connection, task_id: str, action: Action) -> None:
     """The intent's row for this key was there already (a retry after "reconcile found
-    nothing"): it is reused, with its key, only for the very same action."""
+    nothing"): it is reused, with its key, only for the very same action, and never once its
+    effect is committed (that would turn a recorded effect back into an intent, and send it
+    again)."""
     where = (effects.c.task_id == task_id) & (effects.c.idempotency_key == action.idempotency_key)
-    existing = conn.execute(select(effects.c.action_hash).where(where)).scalar_one()
-    if existing != action.action_hash:
-        raise ValueError(f"effect key {action.idempotency_key!r} already names a different action")
+    existing = conn.execute(select(effects.c.action_hash, effects.c.status).where(where)).one()
+    key = action.idempotency_key
+    if existing.action_hash != action.action_hash:
+        raise EffectKeyConflict(f"effect key {key!r} already names a different action")
+    if existing.status == "committed":
+        raise EffectKeyConflict(f"effect key {key!r} was already committed; it is not sent again")
     conn.execute(
         update(effects)
         .where(where)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_jobs.core.errors import ApprovalError, StaleTransition
+from agent_jobs.core.errors import ApprovalError, EffectKeyConflict, StaleTransition
 from agent_jobs.core.patch import EffectWrite
 from agent_jobs.orchestrator.sweepers import Sweepers
 from agent_jobs.store import Store
@@ -102,6 +102,23 @@ def test_an_intent_key_reused_for_another_action_writes_nothing(store: Store, te
     assert retried.task.version == unknown.task.version + 1
     (eff,) = store.effects(lease.task_id)
     assert (eff.status, eff.attempts) == ("intent", 2)
+
+
+def test_an_intent_never_reopens_a_committed_effect(store: Store, tenant: str) -> None:
+    """Invariant 3: once an effect is committed under its key, a new intent under that key is
+    refused (it would reset the recorded effect to `intent` and send it again); neither the
+    transition nor any change to the effect lands."""
+    lease = executing(store, tenant, action(1200))
+    store.commit(
+        lease, to(S.RUNNING, "effect_ok", effect=EffectWrite(action(1200), "committed", {"id": 1}))
+    )
+    again = claim(store, lease.task_id)
+    before = store.get(lease.task_id)
+    with pytest.raises(EffectKeyConflict, match="already committed"):
+        store.commit(again, intent(action(1200)))
+    assert store.get(lease.task_id) == before
+    (eff,) = store.effects(lease.task_id)
+    assert (eff.status, eff.attempts, eff.result) == ("committed", 1, {"id": 1})
 
 
 def test_the_approval_is_consumed_in_the_intents_transaction(store: Store, tenant: str) -> None:
