@@ -14,24 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent_jobs.core.contracts import ApprovalStatus, ApprovalView, EventView, TaskView
 from agent_jobs.core.hashing import action_hash
-from agent_jobs.core.states import Status
+from agent_jobs.core.states import DisplayStatus, Status
 from agent_jobs.core.text import clean_text
 
-# What `core.states.display_status` can say: the status a person reads.
-DisplayStatus = Literal[
-    "received",
-    "running",
-    "retry_wait",
-    "awaiting_approval",
-    "executing",
-    "confirming_effect",
-    "verifying",
-    "completed",
-    "escalated",
-    "failed",
-    "cancelled",
-    "cancel_requested",
-]
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,80}$"
 IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]{1,255}$"
 
@@ -95,9 +80,13 @@ class Task(_Model):
     tenant_id: str
     workflow: str
     status: Status
+    # The core's own list (`core.states.DisplayStatus`): whatever the core reads out, this sends.
     display_status: DisplayStatus = Field(
-        description="What a person reads: distinguishes `cancel_requested` from `cancelled` "
-        "and names `awaiting_approval`."
+        description="What a person reads: distinguishes `cancel_requested` from `cancelled`, "
+        "names `awaiting_approval` and `confirming_effect`, a task an operator `paused` or "
+        "whose effects are `stopped_by_operator`, and one `held_<reason>` at the dispatch gate "
+        "(`held_gate`: its tenant's cap or fair share; `held_model_cap`; `held_deferred`; "
+        "`held`: a reason this release does not know)."
     )
     cancel_requested: bool
     version: int

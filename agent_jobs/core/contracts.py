@@ -14,7 +14,7 @@ from agent_jobs.core.identity import (  # noqa: F401 - re-exported for existing 
     check_subject,
     check_tenant_id,
 )
-from agent_jobs.core.states import Status
+from agent_jobs.core.states import DisplayStatus, Status
 from agent_jobs.core.text import clean_json
 
 _WORKFLOW = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}@[0-9]{1,6}$")
@@ -83,7 +83,7 @@ class TaskView(Frozen):
     task_id: str
     tenant_id: str
     status: Status
-    display_status: str
+    display_status: DisplayStatus
     workflow: str
     version: int
     attempts: int
@@ -96,8 +96,8 @@ class TaskView(Frozen):
     approval_id: str | None = None
     # The class and message of the last step that raised, while failures are consecutive.
     last_error: str | None = None
-    # Held at the dispatch gate, without a worker: `paused` (an operator), `gate` (a cap or
-    # fair share), `model` (the model-call cap).
+    # Held at the dispatch gate, without a worker: a `core.holds.HoldReason` (`paused` by an
+    # operator, `gate` for a cap or fair share, `model_cap`, `deferred`).
     held_for: str | None = None
 
 

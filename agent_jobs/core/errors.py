@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from agent_jobs.core.holds import HoldReason
+
 
 class AgentJobsError(Exception):
     """Base class. `code` is stable and machine-readable; the message is for people."""
@@ -102,7 +104,7 @@ class Deferred(AgentJobsError):
     """
 
     code = "deferred"
-    hold_for = "deferred"
+    hold_for: str = HoldReason.DEFERRED.value
 
 
 class EffectKeyConflict(AgentJobsError, ValueError):

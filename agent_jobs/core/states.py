@@ -5,6 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from agent_jobs.core.errors import IllegalTransition
+from agent_jobs.core.holds import HoldReason
 
 
 class Status(StrEnum):
@@ -114,23 +115,91 @@ def can_cancel_now(status: Status) -> bool:
     return S.CANCELLED in TRANSITIONS[status]
 
 
+class DisplayStatus(StrEnum):
+    """Every status a person reads (`display_status`): the API's type is this, so no response
+    can carry a value it does not list. A `Status` reads as its lower-cased name unless one of
+    the words below says more."""
+
+    RECEIVED = "received"
+    RUNNING = "running"
+    RETRY_WAIT = "retry_wait"
+    EXECUTING = "executing"
+    VERIFYING = "verifying"
+    COMPLETED = "completed"
+    ESCALATED = "escalated"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    AWAITING_APPROVAL = "awaiting_approval"
+    CONFIRMING_EFFECT = "confirming_effect"
+    CANCEL_REQUESTED = "cancel_requested"
+    STOPPED_BY_OPERATOR = "stopped_by_operator"
+    PAUSED = "paused"
+    HELD_GATE = "held_gate"
+    HELD_MODEL_CAP = "held_model_cap"
+    HELD_DEFERRED = "held_deferred"
+    # Held for a reason this code does not know (a row written by a newer release, or a
+    # workflow's own `Deferred` subclass): still held, and still a value the API can send.
+    HELD = "held"
+
+
+D = DisplayStatus
+
+# Each status's own reading; every member of `Status` has one (checked below, and in the tests).
+_PLAIN: dict[Status, DisplayStatus] = {
+    S.RECEIVED: D.RECEIVED,
+    S.RUNNING: D.RUNNING,
+    S.RETRY_WAIT: D.RETRY_WAIT,
+    S.APPROVAL_WAIT: D.AWAITING_APPROVAL,
+    S.EXECUTING: D.EXECUTING,
+    S.EXEC_UNKNOWN: D.CONFIRMING_EFFECT,
+    S.VERIFYING: D.VERIFYING,
+    S.COMPLETED: D.COMPLETED,
+    S.ESCALATED: D.ESCALATED,
+    S.FAILED: D.FAILED,
+    S.CANCELLED: D.CANCELLED,
+}
+
+# Each hold reason's reading: `paused`, otherwise `held_<reason>`.
+_HELD: dict[HoldReason, DisplayStatus] = {
+    HoldReason.GATE: D.HELD_GATE,
+    HoldReason.PAUSED: D.PAUSED,
+    HoldReason.MODEL_CAP: D.HELD_MODEL_CAP,
+    HoldReason.DEFERRED: D.HELD_DEFERRED,
+}
+
+
+def _check_readings() -> None:
+    # A status or hold reason added without its reading fails at import, not as a 500 later.
+    if set(_PLAIN) != set(Status):
+        raise RuntimeError(f"display_status: no reading for {set(Status) - set(_PLAIN)}")
+    if set(_HELD) != set(HoldReason):
+        raise RuntimeError(f"display_status: no reading for {set(HoldReason) - set(_HELD)}")
+    for reason, reading in _HELD.items():
+        expected = "paused" if reason is HoldReason.PAUSED else f"held_{reason.value}"
+        if reading.value != expected:
+            raise RuntimeError(f"display_status: {reason} reads {reading}, not {expected}")
+
+
+_check_readings()
+
+
 def display_status(
     status: Status,
     cancel_requested: bool,
     *,
     held_for: str | None = None,
     stopped_by_operator: bool = False,
-) -> str:
+) -> DisplayStatus:
     """The status a person reads: distinguishes "cancel requested", "awaiting approval", a task
-    an operator paused or whose effects an operator stopped, and one held at the dispatch gate."""
+    an operator paused or whose effects an operator stopped, and one held at the dispatch gate.
+    Total: every input gives a member of `DisplayStatus`."""
     if cancel_requested and status not in TERMINAL:
-        return "cancel_requested"
+        return D.CANCEL_REQUESTED
     if status not in TERMINAL and held_for:
-        return "paused" if held_for == "paused" else f"held_{held_for}"
+        try:
+            return _HELD[HoldReason(held_for)]
+        except ValueError:
+            return D.HELD
     if status is S.RETRY_WAIT and stopped_by_operator:
-        return "stopped_by_operator"
-    if status is S.APPROVAL_WAIT:
-        return "awaiting_approval"
-    if status is S.EXEC_UNKNOWN:
-        return "confirming_effect"
-    return status.value.lower()
+        return D.STOPPED_BY_OPERATOR
+    return _PLAIN[status]

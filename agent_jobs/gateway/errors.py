@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from agent_jobs.core.errors import AgentJobsError, Deferred
+from agent_jobs.core.holds import HoldReason
 
 if TYPE_CHECKING:
     from agent_jobs.gateway.contracts import CallRecord, TaskUsage
@@ -151,6 +152,6 @@ class ModelCapSaturated(GatewayError, Deferred):
 
     code = "model_cap_saturated"
     retryable = True
-    hold_for = "model_cap"
+    hold_for = HoldReason.MODEL_CAP.value
     provider = ""
     model = ""

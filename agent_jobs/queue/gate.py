@@ -28,6 +28,7 @@ from typing import Any
 
 import redis
 
+from agent_jobs.core.holds import HoldReason
 from agent_jobs.core.names import (
     gate_estimate_key,
     gate_held_key,
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 
 TENANT_CAP = "tenant_cap"
 FAIR_SHARE = "fair_share"
-MODEL_CAP = "model_cap"
+MODEL_CAP = HoldReason.MODEL_CAP.value  # held_for: a step deferred by the model-call cap
 
 # KEYS: inflight(T), backlogged vt zset, vt hash, held hash, estimate hash, provisional hash
 # ARGV: tenant, task id, slot ttl ms, cap, fair (0/1), quantum, weight
@@ -243,8 +244,8 @@ class RedisGate:
         return {k.decode(): float(v) for k, v in rows.items()}
 
 
-GATE_HOLD = "gate"  # held_for: a tenant at its cap, or ahead of its fair share
-PAUSE_HOLD = "paused"  # held_for: an operator paused its tenant, its workflow, or everything
+GATE_HOLD = HoldReason.GATE.value  # held_for: a tenant at its cap, or ahead of its fair share
+PAUSE_HOLD = HoldReason.PAUSED.value  # held_for: an operator paused a tenant, a workflow, or all
 
 
 def paused_by(store: Store, switches: SwitchSet, dispatch: Dispatch) -> Switch | None:
