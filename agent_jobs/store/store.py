@@ -433,8 +433,8 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         """`commit_read`, returning the row as the commit left it (the next quick step starts
         from it: see `Orchestrator.run_step`). With `unheld` — this step started from such a
         row, not from `peek_claimable` — the compare-and-set also requires that the gate does
-        not hold the task, the one part of "claimable" that version, epoch and owner do not
-        already pin."""
+        not hold the task and that no cancel was requested since `task` was written: what
+        version, epoch and owner do not already pin (the caller then reads the row again)."""
         owner, epoch = task.lease_owner, task.lease_epoch
         with self._commit_conn(patch, conn) as c:
             return apply_patch(

@@ -50,8 +50,9 @@ def apply_patch(
     events: Sequence[PendingEvent] = (),
 ) -> tuple[TaskRow, Dispatch | None]:
     """Apply `patch` to `task` if nobody moved it since (version, epoch and owner unchanged;
-    with `unheld`, and the gate does not hold it). `events`: what the step recorded before its
-    transition (`PendingEvent`), written first, and only if the compare-and-set matches."""
+    with `unheld`, and the gate does not hold it nor was a cancel requested since `task`).
+    `events`: what the step recorded before its transition (`PendingEvent`), written first, and
+    only if the compare-and-set matches."""
     new, dispatch = _apply(
         conn, task, owner, epoch, patch, lease_ttl_s, actor, lean=False, unheld=unheld,
         events=events,
@@ -265,9 +266,16 @@ def _cas_statement(
 _PG_CAS = _cas_statement("aj_cas", full=True)
 # The same, for callers that need no new row back (a quick step): only what the event needs.
 _PG_CAS_LEAN = _cas_statement("aj_cas_lean", full=False)
-# A quick step that started from the row a previous commit returned, not from a read: the one
-# part of "claimable" that version, epoch and owner do not already pin is the gate's hold.
-_PG_CAS_UNHELD = _cas_statement("aj_cas_unheld", full=True, guard="\n    AND held_since IS NULL")
+# A quick step that started from the row a previous commit returned, not from a read: what
+# version, epoch and owner do not already pin is the gate's hold and a cancel requested since
+# that row was written (a cancel bumps neither; the claim pins it through the event count). A
+# lost compare-and-set sends the step back to a read, which sees both.
+_UNHELD_GUARD = """
+    AND held_since IS NULL
+    AND (CAST(:cancel_seen AS boolean) OR cancel_requested_at IS NULL)"""
+_PG_CAS_UNHELD = _cas_statement(
+    "aj_cas_unheld", full=True, guard=_UNHELD_GUARD, types=_CAS_TYPES | {"cancel_seen": "boolean"}
+)
 
 # The records a step's commit writes besides the row and its events, on Postgres: prepared like
 # the CAS (SQLAlchemy Core's compilation of an `insert().values(...)` costs about 0.3 ms of CPU),
@@ -481,7 +489,7 @@ def _cas_postgres(
     if ride is not None:
         chosen, extra = _PG_CAS_RIDING[ride], _riding(task, patch, ride)
     elif unheld:
-        chosen = _PG_CAS_UNHELD
+        chosen, extra = _PG_CAS_UNHELD, {"cancel_seen": task.cancel_requested_at is not None}
     else:
         chosen = _PG_CAS_LEAN if lean else _PG_CAS
     return prepared.execute(
@@ -561,6 +569,8 @@ def _cas_generic(
     )
     if unheld:
         guard = guard & tasks.c.held_since.is_(None)
+        if task.cancel_requested_at is None:
+            guard = guard & tasks.c.cancel_requested_at.is_(None)
     row = conn.execute(update(tasks).where(guard).values(**values).returning(tasks)).first()
     if row is None:
         return None

@@ -56,11 +56,21 @@ def test_a_row_that_moved_on_sends_the_step_back_to_a_read(store: Store, tenant:
     assert store.get(task_id).status is S.COMPLETED
 
 
-def test_a_cancel_after_the_commit_is_honoured(store: Store, tenant: str) -> None:
+def test_a_cancel_after_the_commit_is_honoured_at_the_very_next_step(
+    store: Store, tenant: str
+) -> None:
+    """A cancel lands while the next step's message (carrying the row the commit returned)
+    waits: that step, not a later one, ends the task (the carried row predates the cancel, so
+    its compare-and-set must not match; the step reads the row again and honours it)."""
     harness, task_id = _noop(store, tenant, steps=50)
     harness.run_one()
     harness.run_one()
+    waiting = harness.publisher.queue[0].row
+    assert waiting is not None and waiting.cancel_requested_at is None
     assert harness.orchestrator.cancel(task_id, tenant).accepted
+    report = harness.run_one()
+    assert report is not None and report.to_status is S.CANCELLED
+    assert store.get(task_id).status is S.CANCELLED
     harness.run_until_idle()
     assert store.get(task_id).status is S.CANCELLED
 
