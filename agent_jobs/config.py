@@ -169,8 +169,9 @@ class Settings(BaseModel):
     )
     tool_secret: str | None = Field(
         None,
-        description="HMAC secret for per-call tool credentials",
-        json_schema_extra={"shown": "a development default, with a warning"},
+        description="HMAC secret for per-call tool credentials; a worker refuses to start "
+        "without it outside the embedded mode",
+        json_schema_extra={"shown": "unset (embedded: a development default, with a warning)"},
         repr=False,  # never in logs
     )
     confirm_lag_s: float = _setting(
@@ -206,7 +207,8 @@ class Settings(BaseModel):
     # the algorithms whose key is configured are accepted; with neither, every token is refused.
     jwt_secret: str | None = Field(
         None,
-        description="HS256 secret (at least 32 bytes)",
+        description="HS256 secret (at least 32 bytes); outside the embedded mode the API "
+        "refuses to start without it or an RS256 public key",
         json_schema_extra={"shown": "unset"},
         repr=False,  # never in logs
     )

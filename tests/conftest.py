@@ -11,6 +11,7 @@ tests may not flush is refused before any test runs (tests/services.py).
 from __future__ import annotations
 
 import os
+import secrets
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,6 +55,9 @@ os.environ["AGENT_JOBS_DISPATCH_GRACE_S"] = "1"
 os.environ["AGENT_JOBS_RETRY_BASE_S"] = "0.05"
 os.environ["AGENT_JOBS_RETRY_MAX_S"] = "0.2"
 os.environ["AGENT_JOBS_SWEEP_INTERVAL_S"] = "0.5"
+# A deployment's secret (a Redis broker is not the embedded mode: a worker refuses to start
+# without one); random per session, as `make worker` generates its own.
+os.environ["AGENT_JOBS_TOOL_SECRET"] = secrets.token_urlsafe(32)
 
 
 def pytest_configure(config: pytest.Config) -> None:

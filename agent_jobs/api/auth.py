@@ -176,6 +176,19 @@ def bearer_token(authorization: str | None) -> str | None:
     return token.strip() or None
 
 
+def require_token_key(settings: Settings) -> None:
+    """At API start: outside the embedded mode an API with no key to verify tokens with (neither
+    `AGENT_JOBS_JWT_SECRET` nor an RS256 public key) would answer every request 401; refuse to
+    start instead, with one line naming the settings. Nothing falls back to a default secret."""
+    if settings.embedded or settings.jwt_secret or settings.public_key():
+        return
+    raise ConfigError(
+        "AGENT_JOBS_JWT_SECRET is not set (nor AGENT_JOBS_JWT_PUBLIC_KEY or "
+        "AGENT_JOBS_JWT_PUBLIC_KEY_FILE): the API would accept no token; set the HS256 secret "
+        "(32+ random bytes) or the RS256 public key"
+    )
+
+
 def mint_token(
     settings: Settings,
     *,

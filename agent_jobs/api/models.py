@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agent_jobs.api.redaction import redact_outcome
 from agent_jobs.core.contracts import ApprovalStatus, ApprovalView, EventView, TaskView
 from agent_jobs.core.hashing import action_hash
 from agent_jobs.core.states import DisplayStatus, Status
@@ -129,7 +130,8 @@ class Task(_Model):
             trace_id=view.trace_id,
             created_at=view.created_at,
             updated_at=view.updated_at,
-            outcome=view.outcome,
+            # A dead letter's reason quotes an exception: redacted here (operators read it raw).
+            outcome=redact_outcome(view.outcome),
             pending_action=pending,
             approval_id=view.approval_id,
         )

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_jobs.core.hashing import canonical_json, sha256_hex
+from agent_jobs.core.text import clean_text, cut
 from agent_jobs.verify.redact import PII, PII_KEYS
 
 # Keys whose values may carry raw arguments, payloads, or model and tool text.
@@ -47,8 +48,19 @@ RAW_KEYS = frozenset(
         "secret",
     }
 )
-_EMAIL = re.compile(r"[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+# Starts only where a run of address characters starts (as `verify.redact`'s): without the
+# look-behind a long run with no `@` is rescanned from every position, quadratic in its length.
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 _MAX_DEPTH = 16
+# In free text, the rule for `RAW_KEYS` reads `key=value` / `key: value`: the value goes.
+_PAIR = re.compile(
+    r"(?i)(?<![A-Za-z0-9_])(" + "|".join(sorted(RAW_KEYS, key=len, reverse=True)) + r")"
+    r"([\"']?\s{0,8}[=:]\s{0,8})(\"[^\"]*\"?|'[^']*'?|\S+)"
+)
+_BEARER = re.compile(r"(?i)(?<![A-Za-z0-9_])(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]+")
+REDACTED = "[REDACTED]"
+# What a dead letter's reason may show to someone who is not an operator.
+REASON_MAX_CHARS = 300
 
 
 def _digest(value: Any) -> str:
@@ -79,6 +91,30 @@ def redact(value: Any, depth: int = 0) -> Any:
     if isinstance(value, list | tuple):
         return [redact(v, depth + 1) for v in value]
     return value
+
+
+def redact_text(text: str, limit: int = REASON_MAX_CHARS) -> str:
+    """Free text as the API may show it to someone who is not an operator (a dead letter's
+    reason is an exception's message, and may quote anything the step held): NUL and lone
+    surrogates replaced, e-mail addresses masked, the value after any `RAW_KEYS` word followed by
+    `=` or `:` (and after `Bearer` / `Basic`) replaced, then cut to `limit` characters. The
+    whole text is redacted before it is cut, so a cut never leaves half an address unmasked."""
+    text = clean_text(text)
+    text = _EMAIL.sub(PII, text)
+    text = _BEARER.sub(lambda m: f"{m[1]}{m[2]}{REDACTED}", text)  # before `authorization: `
+    text = _PAIR.sub(lambda m: f"{m[1]}{m[2]}{REDACTED}", text)
+    return cut(text, limit)
+
+
+def redact_outcome(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A task's outcome as the public task view shows it: a dead letter's reason through
+    `redact_text` (the raw one stays in the operators' views)."""
+    if outcome is None:
+        return None
+    shown = dict(outcome)
+    if shown.get("dead_letter") and "reason" in shown:
+        shown["reason"] = redact_text(str(shown["reason"]))
+    return shown
 
 
 def redact_event_data(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,8 +21,10 @@ def cmd_api(args: argparse.Namespace) -> int:
     import uvicorn  # noqa: PLC0415
 
     from agent_jobs.api import create_app  # noqa: PLC0415
+    from agent_jobs.api.auth import require_token_key  # noqa: PLC0415
 
     cfg = settings()
+    require_token_key(cfg)
     uvicorn.run(
         create_app(),
         host=args.host or cfg.api_host,
@@ -72,6 +74,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     is set here, before anything imports prometheus_client, and inherited by the pool's
     children; this process serves the sum of every process's files on the port.
     """
+    from agent_jobs.tools.credentials import tool_secret  # noqa: PLC0415
+
+    # Before Celery starts: outside the embedded mode a missing tool secret is one line naming
+    # it and exit status 2 (`celery -A agent_jobs worker` gets the same check at `worker_init`).
+    tool_secret(settings())
     port = args.metrics_port if args.metrics_port is not None else settings().worker_metrics_port
     if port is not None:
         if "prometheus_client" in sys.modules:

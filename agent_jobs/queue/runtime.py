@@ -33,6 +33,7 @@ from agent_jobs.queue.directory import (
 from agent_jobs.queue.gate import GatedDispatcher, GatePolicy, RedisGate
 from agent_jobs.queue.publisher import CeleryPublisher, RedisBrokerProbe
 from agent_jobs.store import Store
+from agent_jobs.tools.credentials import tool_secret
 from agent_jobs.workflows import default_registry
 
 
@@ -184,6 +185,18 @@ def set_runtime(runtime: Runtime | None) -> None:
 
 
 EXIT_NOT_MIGRATED = 3
+EXIT_CONFIG = 2
+
+
+def exit_without_tool_secret(**_: Any) -> None:
+    """At worker start: one line naming `AGENT_JOBS_TOOL_SECRET` and exit status 2 when it is
+    missing outside the embedded mode, instead of a worker that fails the first tool call (or,
+    as it once did, signs credentials with a public development value)."""
+    try:
+        tool_secret(settings())
+    except ConfigError as exc:
+        print(f"agent-jobs: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_CONFIG) from None
 
 
 def schema_problem(store: Store) -> str | None:
@@ -242,6 +255,7 @@ def quiet_beat_schedule_logs(**_: Any) -> None:
         logging.getLogger("celery.beat").setLevel(logging.WARNING)
 
 
+worker_init.connect(exit_without_tool_secret, weak=False, dispatch_uid="agent_jobs.tool_secret")
 worker_init.connect(exit_unless_migrated, weak=False, dispatch_uid="agent_jobs.schema_check")
 worker_init.connect(quiet_per_message_logs, weak=False, dispatch_uid="agent_jobs.quiet_logs")
 beat_init.connect(exit_unless_migrated, weak=False, dispatch_uid="agent_jobs.schema_check.beat")

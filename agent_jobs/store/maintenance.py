@@ -6,7 +6,7 @@ import secrets
 from collections.abc import Callable
 from datetime import datetime
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import case, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agent_jobs.core.contracts import DeadLetterView
@@ -15,11 +15,14 @@ from agent_jobs.core.states import TERMINAL, Status
 from agent_jobs.store import holds, sweeps
 from agent_jobs.store.base import StoreBase
 from agent_jobs.store.rows import Dispatch, Lease, TaskRow
-from agent_jobs.store.schema import dead_letters, marks, signing_keys
+from agent_jobs.store.schema import dead_letters, marks, signing_keys, tasks
 from agent_jobs.store.types import db_now
 from agent_jobs.store.writes import insert_ignore
 
 _TERMINAL = [s.value for s in TERMINAL]
+# The statuses of `ix_tasks_active_tenant`'s predicate, spelled as an IN list so that Postgres
+# can use that partial index.
+_UNFINISHED = sorted(s.value for s in Status if s not in TERMINAL)
 
 
 class MaintenanceStore(StoreBase):
@@ -29,6 +32,19 @@ class MaintenanceStore(StoreBase):
             q = q.where(dead_letters.c.tenant_id == tenant_id)
         with self.engine.connect() as conn:
             return [DeadLetterView(**dict(r._mapping)) for r in conn.execute(q)]
+
+    def unfinished_counts(self, tenant_id: str) -> tuple[dict[str, int], int]:
+        """A tenant's unfinished tasks by status, and how many of them hold a live lease (a step
+        running now): one grouped count in the database, no task row read."""
+        live = (tasks.c.lease_owner.is_not(None)) & (tasks.c.lease_expires_at > db_now())
+        q = (
+            select(tasks.c.status, func.count(), func.sum(case((live, 1), else_=0)))
+            .where((tasks.c.tenant_id == tenant_id) & tasks.c.status.in_(_UNFINISHED))
+            .group_by(tasks.c.status)
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).all()
+        return {str(st): int(n) for st, n, _ in rows}, sum(int(r or 0) for _, _, r in rows)
 
     def mark(self, name: str) -> datetime | None:
         with self.engine.connect() as conn:

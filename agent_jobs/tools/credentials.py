@@ -18,16 +18,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from agent_jobs.config import from_environ, load_settings
+from agent_jobs.config import Settings, env_name, from_environ, load_settings
 from agent_jobs.core.clock import Clock, SystemClock
-from agent_jobs.core.errors import AgentJobsError
+from agent_jobs.core.errors import AgentJobsError, ConfigError
 
 log = logging.getLogger(__name__)
 
-SECRET_ENV = "AGENT_JOBS_TOOL_SECRET"
-# Development only: lets `make demo` run with nothing configured. Production must set
-# AGENT_JOBS_TOOL_SECRET; a warning is logged whenever this default is used.
+SECRET_ENV = env_name("tool_secret")
+# The embedded mode only (`make demo`, `agent_jobs.testing`): lets one in-process runtime run with
+# nothing configured, with a warning. Anywhere else a missing secret stops the process: with a
+# public value anyone could mint credentials the business systems accept.
 DEV_SECRET = "agent-jobs-dev-tool-secret--not-for-production"
+MISSING_SECRET = (
+    f"{SECRET_ENV} is not set: set it to 32+ random bytes, the secret the business systems "
+    "verify tool credentials with (only the embedded mode has a development default)"
+)
 MAX_TTL_S = 900
 _PREFIX = "ajt1"
 
@@ -63,6 +68,18 @@ class CredentialInvalid(AgentJobsError):
     code = "credential_invalid"
 
 
+def tool_secret(cfg: Settings) -> str:
+    """The secret tool credentials are signed with. Fails closed: outside the embedded mode a
+    missing secret is a `ConfigError` naming the setting (a worker checks it at start); in the
+    embedded mode the development default, with a warning."""
+    if cfg.tool_secret:
+        return cfg.tool_secret
+    if not cfg.embedded:
+        raise ConfigError(MISSING_SECRET)
+    log.warning("%s is not set: using the development tool secret (embedded mode)", SECRET_ENV)
+    return DEV_SECRET
+
+
 def scope_of(tool: str, tenant_id: str) -> str:
     return f"tool:{tool} tenant:{tenant_id}"
 
@@ -94,13 +111,9 @@ class HmacCredentialProvider:
         cls, environ: Mapping[str, str] | None = None, *, clock: Clock | None = None
     ) -> HmacCredentialProvider:
         """Secret from `AGENT_JOBS_TOOL_SECRET` (read through the settings schema; `environ`
-        instead of the process's), or the development default (with a warning)."""
+        instead of the process's); see `tool_secret` for when it may be missing."""
         cfg = load_settings() if environ is None else from_environ(environ)
-        secret = cfg.tool_secret or ""
-        if not secret:
-            log.warning("%s is not set: using the development tool secret", SECRET_ENV)
-            secret = DEV_SECRET
-        return cls(secret, clock=clock)
+        return cls(tool_secret(cfg), clock=clock)
 
     def _sign(self, payload: str) -> str:
         return _b64(hmac.new(self._key, payload.encode("ascii"), hashlib.sha256).digest())

@@ -142,11 +142,12 @@ def test_approver_sees_the_exact_action_grants_and_the_task_completes(
     assert "processing" in (page.text_content("#reply") or "")
     assert page.evaluate("() => window.__pwned === undefined")
 
-    # The queue page on a real broker: the tenant's queue is readable and empty now.
+    # The queue page is an operator's (depth, in-flight steps, dead-letter reasons): an approver
+    # is told so, and the view is not requested.
     page.goto(f"{base}/console#queues")
-    page.wait_for_selector("#queue-table")
-    assert page.text_content("#queue-depth") == "0"
-    tab.shoot("queues")
+    page.wait_for_selector("#queues-error:has-text('operator role')")
+    assert page.locator("#queue-table").count() == 0
+    assert not [u for u in tab.requests if "/v1/console/queues" in u]
     assert tab.foreign_requests() == []
     assert tab.errors == []
 

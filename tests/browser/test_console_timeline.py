@@ -98,7 +98,7 @@ def test_another_tenant_sees_nothing_of_it(
 def test_the_queue_page(incident: tuple[str, Incident, Any], tab_factory: Any) -> None:
     base, _played, cfg = incident
     tab = tab_factory(base)
-    page = tab.open(token(cfg, TENANT, "oncall-7"), "#queues")
+    page = tab.open(token(cfg, TENANT, "oncall-7", roles=("operator",)), "#queues")
     page.wait_for_selector("#queue-table")
     assert page.text_content("#queue-table tbody td") == TENANT
     assert page.text_content("#queue-held") == "0"

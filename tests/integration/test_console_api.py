@@ -166,11 +166,27 @@ def test_the_queue_view_counts_the_callers_tenant_only(console: tuple[Any, Any, 
     client, harness, (cfg, _) = console
     task = harness.submit(TENANT, "req-9104", request_for(INJECTED_ORDER), requester=REQUESTER)
     harness.settle(task.id)
-    mine = client.get("/v1/console/queues", headers=auth(token(cfg, TENANT, "ops"))).json()
-    assert mine["tenant_id"] == TENANT and mine["by_status"] == {"APPROVAL_WAIT": 1}
-    assert mine["in_flight"] == 0 and mine["held"] == 0 and mine["dead_letters"] == []
-    theirs = client.get("/v1/console/queues", headers=auth(token(cfg, "globex", "ops"))).json()
-    assert theirs["by_status"] == {} and theirs["queue"].endswith(".globex")
+    ops = ("operator",)
+    mine = client.get("/v1/console/queues", headers=auth(token(cfg, TENANT, "ops", roles=ops)))
+    assert mine.status_code == 200, mine.text
+    assert mine.json()["tenant_id"] == TENANT and mine.json()["by_status"] == {"APPROVAL_WAIT": 1}
+    assert mine.json()["in_flight"] == 0 and mine.json()["held"] == 0
+    assert mine.json()["dead_letters"] == []
+    theirs = client.get("/v1/console/queues", headers=auth(token(cfg, "globex", "ops", roles=ops)))
+    assert theirs.json()["by_status"] == {} and theirs.json()["queue"].endswith(".globex")
+
+
+def test_the_queue_view_needs_the_operator_role(console: tuple[Any, Any, Any]) -> None:
+    """Queue depth, in-flight steps and dead-letter reasons are an operator's view: a requester
+    or an approver of the same tenant gets 403 and nothing of it."""
+    client, _, (cfg, _) = console
+    for roles in ((), ("approver",), ("Operator",), ("operators",)):
+        answer = client.get(
+            "/v1/console/queues", headers=auth(token(cfg, TENANT, "u", roles=roles))
+        )
+        assert answer.status_code == 403, (roles, answer.text)
+        assert answer.json()["error"]["code"] == "forbidden"
+        assert "dead_letters" not in answer.text
 
 
 @pytest.mark.redis

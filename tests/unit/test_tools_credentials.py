@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent_jobs.core.clock import FixedClock
+from agent_jobs.core.errors import ConfigError
 from agent_jobs.tools import CredentialInvalid, HmacCredentialProvider
 from agent_jobs.tools.credentials import DEV_SECRET, SECRET_ENV
 
@@ -69,3 +70,17 @@ def test_secret_from_environment_with_a_development_default() -> None:
     HmacCredentialProvider(DEV_SECRET, clock=clock).verify(dev.mint("t", "ten", 60).token)
     with pytest.raises(ValueError):
         HmacCredentialProvider("")
+
+
+@pytest.mark.parametrize(
+    "broker", ["redis://127.0.0.1:6379/0", "rediss://cache.internal:6380/1", "amqp://mq//"]
+)
+def test_outside_the_embedded_mode_a_missing_secret_fails_closed(broker: str) -> None:
+    """No public development value for a deployment: whoever knew it could mint credentials."""
+    for unset in ({}, {SECRET_ENV: ""}, {SECRET_ENV: "   "}):
+        with pytest.raises(ConfigError, match=SECRET_ENV):
+            HmacCredentialProvider.from_env({"AGENT_JOBS_BROKER_URL": broker, **unset})
+    configured = {"AGENT_JOBS_BROKER_URL": broker, SECRET_ENV: "prod-secret"}
+    clock = FixedClock()
+    token = HmacCredentialProvider.from_env(configured, clock=clock).mint("t", "ten", 60).token
+    HmacCredentialProvider("prod-secret", clock=clock).verify(token)

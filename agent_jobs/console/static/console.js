@@ -509,6 +509,10 @@
   // -- queues ----------------------------------------------------------------------------------
 
   async function loadQueues() {
+    if (!isOperator()) {
+      $("queues-error").textContent = "Your token does not carry the operator role: queues are not shown.";
+      return;
+    }
     const result = await api("GET", "/v1/console/queues");
     const box = $("queue-stats");
     if (!result.ok) { $("queues-error").textContent = "Could not load the queue: " + errorText(result); return; }
