@@ -110,7 +110,7 @@ chaos: $(STAMP)
 
 $(VENV)/%-secret: | $(STAMP)
 	@umask 077 && $(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(32))' > $@
-	@echo "generated a secret in $@ (or export AGENT_JOBS_JWT_SECRET / AGENT_JOBS_TOOL_SECRET)"
+	@echo "generated a secret in $@ (or export AGENT_JOBS_JWT_SECRET / AGENT_JOBS_TOOL_SECRET)" >&2
 
 db: $(STAMP) $(SECRET_FILE) $(TOOL_SECRET_FILE)
 	$(SERVICE_ENV) $(BIN)/python -c "from agent_jobs.store.admin import ensure_database as e; import os; e(os.environ['AGENT_JOBS_DATABASE_URL'])"
