@@ -59,6 +59,10 @@ _PAIR = re.compile(
 )
 _BEARER = re.compile(r"(?i)(?<![A-Za-z0-9_])(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]+")
 REDACTED = "[REDACTED]"
+# Keys whose string values are free text that may quote an exception: a failed attempt's
+# `error`, a dead letter's `reason`. They go through `redact_text`.
+FREE_TEXT_KEYS = frozenset({"error", "reason", "last_error"})
+EVENT_TEXT_MAX_CHARS = 2000
 # What a dead letter's reason may show to someone who is not an operator.
 REASON_MAX_CHARS = 300
 
@@ -85,6 +89,8 @@ def redact(value: Any, depth: int = 0) -> Any:
                 out[key] = {"redacted": True, "hash": _digest(v)}
             elif low in PII_KEYS:
                 out[key] = PII
+            elif low in FREE_TEXT_KEYS and isinstance(v, str):
+                out[key] = redact_text(v, EVENT_TEXT_MAX_CHARS)
             else:
                 out[key] = redact(v, depth + 1)
         return out

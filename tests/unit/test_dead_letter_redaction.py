@@ -12,7 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_jobs.api.models import Task
-from agent_jobs.api.redaction import REASON_MAX_CHARS, redact_outcome, redact_text
+from agent_jobs.api.redaction import (
+    REASON_MAX_CHARS,
+    redact_event_data,
+    redact_outcome,
+    redact_text,
+)
 from agent_jobs.core.contracts import TaskView
 from agent_jobs.core.states import Status
 
@@ -81,3 +86,17 @@ def test_the_public_task_view_redacts_a_dead_letters_reason(before: str) -> None
     # Only a dead letter's reason is rewritten: another outcome is shown as it was.
     plain = {"reply": f"we wrote to {EMAIL}", "verified": True}
     assert redact_outcome(plain) == plain
+
+
+@settings(max_examples=100, deadline=None)
+@given(before=noise, kind=st.sampled_from(["reason", "error", "last_error", "Reason"]))
+def test_a_dead_lettered_or_failed_events_text_is_redacted(before: str, kind: str) -> None:
+    """The event log (`GET /v1/tasks/{id}/events`) carries the same text: same rule."""
+    data = {
+        kind: f"OSError: {before} password={SECRET} <{EMAIL}>",
+        "attempts": 5,
+        "step": "RUNNING",
+    }
+    shown = redact_event_data(data)
+    assert _leaks(str(shown)) == [] and shown["attempts"] == 5 and shown["step"] == "RUNNING"
+    assert shown[kind].startswith("OSError: ")
