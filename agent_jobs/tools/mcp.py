@@ -1,0 +1,496 @@
+"""MCP tool sources: a Model Context Protocol server's tools behind the tool executor.
+
+A source (`McpSourceConfig`) is one server, over stdio (a process we spawn) or streamable HTTP,
+and our declaration of the tools of it we expose. `McpToolSource.descriptors()` lists the
+server's tools (`tools/list`) into ordinary `ToolDescriptor`s, so every check of the executor
+applies to them unchanged: the step scope, the operator switches, the policy stamp, the
+idempotency key, intent before effect, and reconciliation of an unknown outcome by key.
+
+What comes from the server is data (`core.text`, the content rule):
+
+- Names are ours: `<source>.<server tool>`, for declared tools only.
+- The argument schema is the server's, checked as a JSON schema, bounded in size, with local
+  references only, and closed (`additionalProperties: false`) by us: we send only what we
+  validated. An effect's key argument is removed from it: the executor fills it, not the model.
+- The description is cleaned and cut, unless our declaration gives one.
+- The annotations (`readOnlyHint`, ...) are ignored; read or effect is our declaration.
+- A result is cleaned (NUL, lone surrogates), bounded (`MAX_RESULT_CHARS`; non-text blocks are
+  summarised, never passed on), and scrubbed of every credential value this call sent. An
+  `isError` result is a definitive rejection, whose text is cleaned, cut and scrubbed too.
+
+Each call is one connection, made and closed inside the call (`anyio.run` on a thread of its
+own, bounded by the tool's timeout and a short grace for the SDK's own cleanup): a Celery worker
+holds no event loop and no session between calls, a crashed server costs one call, and a failure
+is known to have happened before or after the `tools/call` left, the distinction the executor's
+classification turns on:
+
+- before it left (spawn failed, connection refused, handshake failed or timed out):
+  `TransportFailed(sent=False)`: a read may retry; a write goes to reconcile, finds nothing and
+  is sent again under the same key (as with the HTTP adapter);
+- after it left (timeout, connection lost, server exited): `TransportFailed(sent=True)`: a
+  write's outcome is unknown and is reconciled by key through the declared lookup;
+- a JSON-RPC error answering the call: a refusal of the request itself (parse, invalid request,
+  unknown method, invalid params) is `ServiceRejected`; any other is `ServiceFailed`;
+- an answer the SDK cannot parse: `ServiceFailed(transient=False)`.
+
+Every failure is counted by code in `McpToolSource.failures` (and, through the executor's
+audit, in the tool-call metrics).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import logging
+import os
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import anyio
+import httpx2
+import mcp_types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from agent_jobs.core.errors import AgentJobsError, ConfigError
+from agent_jobs.core.text import clean_json, clean_text, cut
+from agent_jobs.tools.adapter import (
+    AdapterResult,
+    AdapterSignal,
+    Invocation,
+    ServiceFailed,
+    ServiceRejected,
+    TransportFailed,
+)
+from agent_jobs.tools.descriptors import ToolDescriptor
+from agent_jobs.tools.mcp_config import HttpServer, McpSourceConfig, McpToolConfig, StdioServer
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# The whole answer a model may be handed from one call, in characters: text blocks are cut to
+# what is left of it, structured content that does not fit is dropped (both marked `truncated`).
+MAX_RESULT_CHARS = 256 * 1024
+# One message from a streamable-HTTP server, as the SDK reads it (an SSE event): a larger answer
+# fails the call as `response_too_large`, as the HTTP adapter's limit does. A stdio server's
+# messages are lines the SDK reads whole: only the timeout bounds them.
+MAX_MESSAGE_BYTES = 1024 * 1024
+MAX_BLOCKS = 64
+MAX_DESCRIPTION_CHARS = 1000
+MAX_ERROR_CHARS = 500
+# A tool's argument schema is a few hundred bytes; a server's megabyte of schema is refused.
+MAX_SCHEMA_CHARS = 64 * 1024
+# Pages of `tools/list` read before giving up on a server that never stops paginating.
+MAX_LIST_PAGES = 20
+# Beyond the tool's timeout, how long the SDK may take to stop a server and close its streams
+# before the call is reported and the cleanup left to finish on its own thread.
+CLEANUP_GRACE_S = 3.0
+# A secret shorter than this is not scrubbed from results: it would mangle ordinary words.
+MIN_SCRUB_CHARS = 8
+REDACTED = "[redacted]"
+
+# JSON-RPC errors that say the request itself was refused, so nothing was done.
+_REFUSED = frozenset(
+    {
+        mcp_types.PARSE_ERROR,
+        mcp_types.INVALID_REQUEST,
+        mcp_types.METHOD_NOT_FOUND,
+        mcp_types.INVALID_PARAMS,
+    }
+)
+
+
+class McpUnavailable(AgentJobsError):
+    """The server could not be listed (unreachable, failing, or answering nonsense)."""
+
+    code = "mcp_unavailable"
+
+
+@dataclass
+class _Phase:
+    """Where a call is: whether the `tools/call` request has left (set just before it does)."""
+
+    sent: bool = False
+
+
+@dataclass(frozen=True)
+class _Secrets:
+    """What one connection sends that must never come back: resolved values, for scrubbing."""
+
+    headers: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    # The executor's minted credential, also on its own: a server may echo it without "Bearer".
+    token: str = ""
+
+    def values(self) -> list[str]:
+        found = {*self.headers.values(), *self.env.values(), self.token}
+        # Longest first, so a secret containing another is scrubbed whole.
+        return sorted((v for v in found if len(v) >= MIN_SCRUB_CHARS), key=len, reverse=True)
+
+
+def _scrub(value: Any, secrets: list[str]) -> Any:
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for s in secrets:
+            value = value.replace(s, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {_scrub(k, secrets): _scrub(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v, secrets) for v in value]
+    return value
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, as anyio's task groups raise them."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _signal(exc: BaseException, phase: _Phase, timeout_s: float) -> AdapterSignal:
+    """One failed connection or call, as the adapter port describes failures."""
+    leaves = _leaves(exc)
+    # The most telling leaf: a timeout or the server's own error over the cancellations and
+    # closed streams it caused.
+    ranked = sorted(leaves, key=lambda e: 0 if isinstance(e, TimeoutError | MCPError) else 1)
+    e = ranked[0]
+    sent = phase.sent
+    if isinstance(e, AdapterSignal):
+        return e
+    if isinstance(e, TimeoutError | httpx2.TimeoutException):
+        return TransportFailed("timeout", f"no answer within {timeout_s}s", sent=sent)
+    if isinstance(e, MCPError):
+        if e.code == mcp_types.REQUEST_TIMEOUT:
+            return TransportFailed("timeout", "the request timed out", sent=sent)
+        message = cut(clean_text(str(e.message)), MAX_ERROR_CHARS)
+        if sent and e.code == mcp_types.CONNECTION_CLOSED and "byte limit" in message:
+            # The SDK's words for an SSE event over `max_sse_event_size` (httpx2's SSEError).
+            return ServiceFailed("response_too_large", message, transient=False)
+        if e.code == mcp_types.CONNECTION_CLOSED or not sent:
+            return TransportFailed("connection_error", f"mcp error {e.code}", sent=sent)
+        if e.code in _REFUSED:
+            return ServiceRejected(f"mcp_error_{abs(e.code)}", message)
+        return ServiceFailed(f"mcp_error_{abs(e.code)}", message)
+    if isinstance(e, ValidationError | ValueError | json.JSONDecodeError) and sent:
+        return ServiceFailed("invalid_response", type(e).__name__, transient=False)
+    if isinstance(e, httpx2.HTTPStatusError) and not sent:
+        status = e.response.status_code
+        if 400 <= status < 500 and status not in (408, 429):
+            return ServiceRejected(f"mcp_http_{status}", "the server refused the connection")
+    # Spawn failures, refused connections, broken pipes, closed streams, a dead process.
+    return TransportFailed("connection_error", type(e).__name__, sent=sent)
+
+
+def _check_schema_source(name: str, schema: Any) -> dict[str, Any]:
+    """The server's argument schema, bounded, with local references only, and closed."""
+    if not isinstance(schema, dict):
+        raise ConfigError(f"mcp tool {name}: input schema is not an object")
+    try:
+        size = len(json.dumps(schema, allow_nan=False))
+    except (TypeError, ValueError, RecursionError) as e:
+        raise ConfigError(f"mcp tool {name}: input schema is not JSON: {type(e).__name__}") from e
+    if size > MAX_SCHEMA_CHARS:
+        raise ConfigError(f"mcp tool {name}: input schema of {size} chars is over the limit")
+    out = clean_json(copy.deepcopy(schema))
+
+    def refs_ok(node: Any) -> bool:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                # A reference out of the document could make the validator fetch a URL.
+                if k in ("$ref", "$dynamicRef") and not (isinstance(v, str) and v.startswith("#")):
+                    return False
+                if k in ("$id", "$schema") and node is not out:
+                    return False
+                if not refs_ok(v):
+                    return False
+        elif isinstance(node, list):
+            return all(refs_ok(v) for v in node)
+        return True
+
+    if not refs_ok(out):
+        raise ConfigError(f"mcp tool {name}: input schema refers outside itself")
+    out.pop("$id", None)
+    out["additionalProperties"] = False
+    return dict(out)
+
+
+class McpToolSource:
+    """One MCP server, as the tools we declared of it.
+
+    `secrets` resolves the names in the server's `secret_headers` / `secret_env` (the process
+    environment, a vault client's view, the settings); it is read at each connection, so a
+    rotated secret is used from the next call on.
+    """
+
+    def __init__(
+        self,
+        config: McpSourceConfig,
+        *,
+        secrets: Mapping[str, str] | None = None,
+        list_timeout_s: float = 10.0,
+    ) -> None:
+        self.config = config
+        self._secrets = secrets if secrets is not None else {}
+        self._list_timeout_s = list_timeout_s
+        self._lock = threading.Lock()
+        self.failures: Counter[str] = Counter()
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    # -- descriptors -----------------------------------------------------------------------
+
+    def descriptors(self) -> list[ToolDescriptor]:
+        """Our descriptors for the declared tools, from the server's tool list. Raises
+        `McpUnavailable` when the server cannot be listed and `ConfigError` when a declared
+        tool is missing or unusable (a bad descriptor fails at startup, not at a call)."""
+        try:
+            listed = self._run(self._list_tools, self._list_timeout_s, _Phase(), None)
+        except AdapterSignal as e:
+            self._count(e)
+            raise McpUnavailable(f"mcp source {self.name}: tools/list failed: {e}") from None
+        out = []
+        for decl in self.config.tools:
+            tool = listed.get(decl.tool)
+            if tool is None:
+                raise ConfigError(f"mcp source {self.name}: the server lists no tool {decl.tool}")
+            out.append(self._descriptor(decl, tool))
+        return out
+
+    async def _list_tools(self, secrets: _Secrets, phase: _Phase) -> dict[str, mcp_types.Tool]:
+        listed: dict[str, mcp_types.Tool] = {}
+        async with self._session(secrets) as session:
+            cursor: str | None = None
+            for _ in range(MAX_LIST_PAGES):
+                params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                page = await session.list_tools(params=params)
+                for tool in page.tools:
+                    # Only what we declared is kept; the rest of a listing is not read further.
+                    if self.config.declared(tool.name) is not None:
+                        listed.setdefault(tool.name, tool)
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+        return listed
+
+    def _descriptor(self, decl: McpToolConfig, tool: mcp_types.Tool) -> ToolDescriptor:
+        name = self.config.qualified(decl.tool)
+        schema = _check_schema_source(name, tool.input_schema)
+        if decl.kind == "effect":
+            assert decl.key_arg is not None  # guaranteed by McpToolConfig
+            props = schema.get("properties")
+            if not isinstance(props, dict) or decl.key_arg not in props:
+                raise ConfigError(f"mcp tool {name}: the server takes no argument {decl.key_arg}")
+            # The key is the executor's to fill: the model neither sees nor sets it.
+            del props[decl.key_arg]
+            required = schema.get("required")
+            if isinstance(required, list):
+                schema["required"] = [r for r in required if r != decl.key_arg]
+        description = decl.description
+        if description is None:
+            description = cut(clean_text(tool.description or ""), MAX_DESCRIPTION_CHARS)
+        # The version names the schema too: an approval bound to one schema does not carry
+        # over to a server that changed the tool's arguments.
+        digest = hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()[:12]
+        return ToolDescriptor(
+            name=name,
+            version=f"{decl.version}+{digest}",
+            description=description,
+            args_schema=schema,
+            side_effect="keyed" if decl.kind == "effect" else "none",
+            permission=decl.permission,
+            step_scopes=decl.scopes,
+            timeout_s=decl.timeout_s,
+            adapter=McpToolAdapter(self, decl),
+            retry=decl.retry,
+            idempotency_key_template=decl.key,
+            reconcile_tool=decl.lookup,
+        )
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def call(self, decl: McpToolConfig, inv: Invocation) -> AdapterResult:
+        """One `tools/call` of `decl.tool` with `inv`'s (already validated) arguments."""
+        args = dict(inv.args)
+        if decl.kind == "effect":
+            assert decl.key_arg is not None
+            if not inv.idempotency_key:
+                raise ServiceRejected("idempotency_key_required", f"{inv.tool} is keyed")
+            args[decl.key_arg] = inv.idempotency_key
+        phase = _Phase()
+        try:
+            secrets = self._resolve(inv)
+        except ConfigError as e:
+            self._count(ServiceRejected("tool_misconfigured"))
+            raise ServiceRejected("tool_misconfigured", str(e)) from None
+
+        async def go(secrets: _Secrets, phase: _Phase) -> mcp_types.CallToolResult:
+            async with self._session(secrets) as session:
+                phase.sent = True
+                return await session.call_tool(decl.tool, args)
+
+        try:
+            result = self._run(go, inv.timeout_s, phase, secrets)
+            return AdapterResult(value=_result_value(result, secrets.values()))
+        except AdapterSignal as e:
+            self._count(e)
+            raise
+
+    def _resolve(self, inv: Invocation | None) -> _Secrets:
+        server = self.config.server
+
+        def secret(name: str) -> str:
+            value = self._secrets.get(name)
+            if not value:
+                raise ConfigError(f"mcp source {self.name}: secret {name} is not set")
+            return value
+
+        if isinstance(server, HttpServer):
+            headers = {h: secret(n) for h, n in server.secret_headers.items()}
+            if server.send_credential and inv is not None:
+                headers["Authorization"] = f"Bearer {inv.credential.token}"
+                return _Secrets(headers=headers, token=inv.credential.token)
+            return _Secrets(headers=headers)
+        env = {k: secret(n) for k, n in server.secret_env.items()}
+        if server.credential_env and inv is not None:
+            env[server.credential_env] = inv.credential.token
+            return _Secrets(env=env, token=inv.credential.token)
+        return _Secrets(env=env)
+
+    @contextlib.asynccontextmanager
+    async def _session(self, secrets: _Secrets) -> AsyncIterator[ClientSession]:
+        server = self.config.server
+        async with contextlib.AsyncExitStack() as stack:
+            if isinstance(server, StdioServer):
+                params = StdioServerParameters(
+                    command=server.command,
+                    args=list(server.args),
+                    env={**server.env, **secrets.env},
+                    cwd=server.cwd,
+                    encoding_error_handler="replace",
+                )
+                # The server's stderr is its own business (and unbounded): not the worker's log.
+                errlog = stack.enter_context(open(os.devnull, "w"))  # noqa: SIM115
+                streams = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+            else:
+                client = create_mcp_http_client(headers={**server.headers, **secrets.headers})
+                await stack.enter_async_context(client)
+                streams = await stack.enter_async_context(
+                    streamable_http_client(
+                        server.url, http_client=client, max_sse_event_size=MAX_MESSAGE_BYTES
+                    )
+                )
+            session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
+            await session.initialize()
+            yield session
+
+    def _run(
+        self,
+        fn: Callable[[_Secrets, _Phase], Awaitable[T]],
+        timeout_s: float,
+        phase: _Phase,
+        secrets: _Secrets | None,
+    ) -> T:
+        """`fn` on an event loop of its own thread, bounded by `timeout_s` (and the grace for
+        the SDK's cleanup); any failure comes out as an `AdapterSignal`."""
+        if secrets is None:
+            try:
+                secrets = self._resolve(None)
+            except ConfigError as e:
+                raise ServiceRejected("tool_misconfigured", str(e)) from None
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        resolved = secrets
+
+        async def bounded() -> T:
+            with anyio.fail_after(timeout_s):
+                return await fn(resolved, phase)
+
+        def target() -> None:
+            try:
+                box["value"] = anyio.run(bounded)
+            except BaseException as e:
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=target, name=f"mcp:{self.name}", daemon=True).start()
+        if not done.wait(timeout_s + CLEANUP_GRACE_S):
+            raise TransportFailed("timeout", f"no answer within {timeout_s}s", sent=phase.sent)
+        if "error" in box:
+            raise _signal(box["error"], phase, timeout_s)
+        value: T = box["value"]
+        return value
+
+    def _count(self, signal: AdapterSignal) -> None:
+        code = getattr(signal, "code", None) or getattr(signal, "reason", "error")
+        with self._lock:
+            self.failures[str(code)] += 1
+
+
+class McpToolAdapter:
+    """The adapter port over one declared tool of a source (see `McpToolSource`)."""
+
+    def __init__(self, source: McpToolSource, decl: McpToolConfig) -> None:
+        self.source = source
+        self.decl = decl
+
+    def invoke(self, inv: Invocation) -> AdapterResult:
+        return self.source.call(self.decl, inv)
+
+
+BlockKind = Literal["text", "image", "audio", "resource_link", "resource"]
+
+
+def _result_value(result: Any, secrets: list[str]) -> dict[str, Any]:
+    """A `tools/call` result as the data a model may be shown: text and structured content,
+    cleaned, bounded and scrubbed; an `isError` result is a definitive rejection."""
+    if not isinstance(result, mcp_types.CallToolResult):
+        # An input-required or task result: a conversation this executor does not hold.
+        raise ServiceFailed("unsupported_result", type(result).__name__, transient=False)
+    budget = MAX_RESULT_CHARS
+    truncated = False
+    content: list[dict[str, Any]] = []
+    for block in result.content[:MAX_BLOCKS]:
+        if isinstance(block, mcp_types.TextContent):
+            text = _scrub(clean_text(block.text), secrets)
+            if len(text) > budget:
+                # `cut` marks the cut with an ellipsis, which an exhausted budget has no room for.
+                text, truncated = (cut(text, budget) if budget > 0 else ""), True
+            budget -= len(text)
+            content.append({"type": "text", "text": text})
+        else:
+            # Images, audio and resources are not passed on: only that one was there.
+            kind = cut(clean_text(str(getattr(block, "type", "unknown"))), 40)
+            content.append({"type": kind, "omitted": True})
+    truncated = truncated or len(result.content) > MAX_BLOCKS
+    if result.is_error:
+        text = " ".join(str(b.get("text", "")) for b in content)
+        raise ServiceRejected("tool_error", cut(text, MAX_ERROR_CHARS) or "the tool failed")
+    structured = None
+    if result.structured_content is not None:
+        cleaned = _scrub(clean_json(result.structured_content), secrets)
+        try:
+            size = len(json.dumps(cleaned, allow_nan=False))
+        except (TypeError, ValueError, RecursionError):
+            size = budget + 1
+        if size <= budget:
+            structured = cleaned
+        else:
+            truncated = True
+    out: dict[str, Any] = {"content": content, "structured": structured}
+    if truncated:
+        out["truncated"] = True
+    return out
