@@ -66,7 +66,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Worker (thread pool) and beat in this process until interrupted."""
     from agent_jobs.queue.embedded import EmbeddedWorker  # noqa: PLC0415
     from agent_jobs.queue.runtime import get_runtime  # noqa: PLC0415
+    from agent_jobs.tools.credentials import tool_secret  # noqa: PLC0415
 
+    tool_secret(settings())  # on a real broker, no tool secret: one line naming it, exit 2
     logging.basicConfig(
         level=args.loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

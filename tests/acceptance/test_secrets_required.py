@@ -16,6 +16,7 @@ pytestmark = pytest.mark.slow
 WORKERS = [
     ["-m", "celery", "-A", "agent_jobs", "worker", "--pool", "solo", "--loglevel", "INFO"],
     ["-m", "agent_jobs.cli", "worker", "--", "--pool", "solo", "--loglevel", "INFO"],
+    ["-m", "agent_jobs.cli", "run", "--no-beat"],  # the thread-pool runner, on a real broker
 ]
 
 
@@ -39,7 +40,9 @@ def _run(tmp: Path, command: list[str], env: dict[str, str]) -> tuple[int, str]:
     return proc.returncode, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("command", WORKERS, ids=["celery-worker", "agent-jobs-worker"])
+@pytest.mark.parametrize(
+    "command", WORKERS, ids=["celery-worker", "agent-jobs-worker", "agent-jobs-run"]
+)
 def test_a_worker_without_a_tool_secret_refuses_to_start(
     tmp_path: Path, command: list[str]
 ) -> None:
