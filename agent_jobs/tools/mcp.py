@@ -26,7 +26,8 @@ classification turns on:
 
 - before it left (spawn failed, connection refused, handshake failed or timed out):
   `TransportFailed(sent=False)`: a read may retry; a write goes to reconcile, finds nothing and
-  is sent again under the same key (as with the HTTP adapter);
+  is sent again under the same key (as with the HTTP adapter); a handshake the server refuses
+  (a JSON-RPC refusal, as the SDK reports a 404 at the endpoint) is `ServiceRejected`;
 - after it left (timeout, connection lost, server exited): `TransportFailed(sent=True)`: a
   write's outcome is unknown and is reconciled by key through the declared lookup;
 - a JSON-RPC error answering the call: a refusal of the request itself (parse, invalid request,
@@ -47,7 +48,7 @@ import logging
 import os
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -137,7 +138,7 @@ class _Secrets:
         return sorted((v for v in found if len(v) >= MIN_SCRUB_CHARS), key=len, reverse=True)
 
 
-def _scrub(value: Any, secrets: list[str]) -> Any:
+def _scrub(value: Any, secrets: Sequence[str]) -> Any:
     if not secrets:
         return value
     if isinstance(value, str):
@@ -158,8 +159,11 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def _signal(exc: BaseException, phase: _Phase, timeout_s: float) -> AdapterSignal:
-    """One failed connection or call, as the adapter port describes failures."""
+def _signal(
+    exc: BaseException, phase: _Phase, timeout_s: float, secrets: Sequence[str] = ()
+) -> AdapterSignal:
+    """One failed connection or call, as the adapter port describes failures (a server's error
+    text cleaned, cut and scrubbed of the credentials the call sent)."""
     leaves = _leaves(exc)
     # The most telling leaf: a timeout or the server's own error over the cancellations and
     # closed streams it caused.
@@ -173,10 +177,14 @@ def _signal(exc: BaseException, phase: _Phase, timeout_s: float) -> AdapterSigna
     if isinstance(e, MCPError):
         if e.code == mcp_types.REQUEST_TIMEOUT:
             return TransportFailed("timeout", "the request timed out", sent=sent)
-        message = cut(clean_text(str(e.message)), MAX_ERROR_CHARS)
+        message = cut(_scrub(clean_text(str(e.message)), secrets), MAX_ERROR_CHARS)
         if sent and e.code == mcp_types.CONNECTION_CLOSED and "byte limit" in message:
             # The SDK's words for an SSE event over `max_sse_event_size` (httpx2's SSEError).
             return ServiceFailed("response_too_large", message, transient=False)
+        if not sent and e.code in _REFUSED:
+            # The handshake itself was refused (the SDK's reading of a 404 at the endpoint, an
+            # unknown method): a configuration to fix, like a 4xx, not a blip to retry.
+            return ServiceRejected("mcp_handshake_refused", message)
         if e.code == mcp_types.CONNECTION_CLOSED or not sent:
             return TransportFailed("connection_error", f"mcp error {e.code}", sent=sent)
         if e.code in _REFUSED:
@@ -255,7 +263,9 @@ class McpToolSource:
     def descriptors(self) -> list[ToolDescriptor]:
         """Our descriptors for the declared tools, from the server's tool list. Raises
         `McpUnavailable` when the server cannot be listed and `ConfigError` when a declared
-        tool is missing or unusable (a bad descriptor fails at startup, not at a call)."""
+        tool is missing or unusable (a bad descriptor fails at startup, not at a call). The
+        listing sends the server's secret headers or environment, not a minted credential:
+        there is no tenant to mint one for."""
         try:
             listed = self._run(self._list_tools, self._list_timeout_s, _Phase(), None)
         except AdapterSignal as e:
@@ -430,7 +440,7 @@ class McpToolSource:
         if not done.wait(timeout_s + CLEANUP_GRACE_S):
             raise TransportFailed("timeout", f"no answer within {timeout_s}s", sent=phase.sent)
         if "error" in box:
-            raise _signal(box["error"], phase, timeout_s)
+            raise _signal(box["error"], phase, timeout_s, resolved.values())
         value: T = box["value"]
         return value
 

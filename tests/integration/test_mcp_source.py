@@ -32,7 +32,7 @@ from agent_jobs.tools import (
     ToolRegistry,
     Unknown,
 )
-from agent_jobs.tools.adapter import TransportFailed
+from agent_jobs.tools.adapter import ServiceRejected, TransportFailed
 from agent_jobs.tools.mcp import MAX_RESULT_CHARS, REDACTED, McpToolSource, McpUnavailable
 from agent_jobs.tools.mcp_config import (
     HttpServer,
@@ -426,6 +426,22 @@ def test_an_http_server_that_dies_mid_call_then_stays_down(tmp_path: Path) -> No
             source.descriptors()
     finally:
         server.stop()
+
+
+def test_a_wrong_endpoint_is_refused_not_retried(
+    http_state: tuple[Path, str], http_rig: tuple[Path, McpToolSource, ToolExecutor]
+) -> None:
+    _, url = http_state
+    with pytest.raises(McpUnavailable, match="mcp_handshake_refused"):
+        http_source(url.replace("/mcp", "/not-mcp")).descriptors()
+    # Descriptors listed, then the endpoint moves: a read is refused once, definitively.
+    _, source, ex = http_rig
+    d = ex.registry.get("shop.get_order")
+    assert d is not None
+    moved = http_source(url.replace("/mcp", "/not-mcp"))
+    with pytest.raises(ServiceRejected) as refused:
+        moved.call(source.config.tools[0], _invocation(d.name, {"order_id": "o1"}))
+    assert refused.value.code == "mcp_handshake_refused"
 
 
 def test_a_stdio_command_that_cannot_start_is_unavailable(tmp_path: Path) -> None:

@@ -219,9 +219,12 @@ def test_a_timeout_wins_over_the_cancellations_it_caused() -> None:
 
 
 def test_json_rpc_errors_after_send() -> None:
-    refused = _sig(MCPError(code=mcp_types.INVALID_PARAMS, message="bad\x00"), True)
+    message = f"bad\x00 {SECRET}"
+    refused = _signal(
+        MCPError(code=mcp_types.INVALID_PARAMS, message=message), _Phase(True), 5, [SECRET]
+    )
     assert isinstance(refused, ServiceRejected) and refused.code == "mcp_error_32602"
-    assert "\x00" not in refused.message
+    assert refused.message == f"bad\ufffd {REDACTED}"
     failed = _sig(MCPError(code=mcp_types.INTERNAL_ERROR, message="oops"), True)
     assert isinstance(failed, ServiceFailed) and failed.code == "mcp_error_32603"
     big = _sig(
@@ -233,9 +236,12 @@ def test_json_rpc_errors_after_send() -> None:
     )
     assert isinstance(big, ServiceFailed) and big.code == "response_too_large"
     assert not big.transient
-    # Before the call left, a JSON-RPC error (a refused handshake) sent nothing.
+    # Before the call left, a JSON-RPC error sent nothing; a refused handshake is definitive.
     early = _sig(MCPError(code=mcp_types.INTERNAL_ERROR, message="no"), False)
     assert isinstance(early, TransportFailed) and early.sent is False
+    refused_early = _sig(MCPError(code=mcp_types.METHOD_NOT_FOUND, message="404"), False)
+    assert isinstance(refused_early, ServiceRejected)
+    assert refused_early.code == "mcp_handshake_refused" and not refused_early.transient
 
 
 def test_an_answer_the_sdk_cannot_parse_is_a_failure_not_a_retry() -> None:
