@@ -5,7 +5,10 @@
 //   with textContent or a DOM attribute, never parsed as HTML (no HTML-parsing sink anywhere);
 // - the session is the bearer token, in this tab's sessionStorage, sent as an Authorization
 //   header; no cookie exists, so a cross-site request carries no credential;
-// - the page never decides: a grant or a denial is the server's answer, shown as it is.
+// - the page never decides: a grant or a denial is the server's answer, shown as it is;
+// - a page shows only what its person asked for: sign-out forgets everything (the page, the
+//   tab's storage, the address), a route change forgets what the page it left showed, and an
+//   answer to a request made before either is dropped unread (a tab is shared by people).
 "use strict";
 
 (function () {
@@ -18,7 +21,14 @@
   const TERMINAL = new Set(["COMPLETED", "ESCALATED", "FAILED", "CANCELLED"]);
   const ID_RE = /^[A-Za-z0-9_-]{1,80}$/;
 
+  const PAGES = ["approvals", "timeline", "queues"];
+
   let me = null;
+  let page = null; // the page shown now (null when signed out)
+  // Bumped at sign-in, sign-out and every route change: an answer to a request made in an
+  // earlier era is for a person or a page no longer shown, and is dropped.
+  let era = 0;
+  const reads = new Set(); // AbortControllers of the reads in flight
   let timer = null;
   let clockTimer = null;
   let serverSkewMs = 0; // server clock minus this browser's clock, from the last approvals read
@@ -78,21 +88,42 @@
 
   function token() { return sessionStorage.getItem(TOKEN_KEY) || ""; }
 
+  // A promise that never settles: what a caller awaiting a dropped answer gets, so none of its
+  // code after the await runs (and nothing of the answer reaches the page).
+  function dropped() { return new Promise(() => {}); }
+
+  // A new era: reads in flight are aborted (a write is not: it may already have been applied,
+  // and the server's record of it stands), and every answer still to come is dropped.
+  function newEra() {
+    era += 1;
+    for (const c of reads) c.abort();
+    reads.clear();
+  }
+
   async function api(method, path, body) {
+    const mine = era;
     const headers = { Authorization: "Bearer " + token(), Accept: "application/json" };
     const init = { method, headers, credentials: "omit", cache: "no-store", redirect: "error" };
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
     }
+    const reader = method === "GET" ? new AbortController() : null;
+    if (reader) { init.signal = reader.signal; reads.add(reader); }
     let res;
-    try {
-      res = await fetch(path, init);
-    } catch (err) {
-      return { ok: false, status: 0, error: { code: "network", message: "the API did not answer" } };
-    }
     let data = null;
-    try { data = await res.json(); } catch (err) { data = null; }
+    try {
+      try {
+        res = await fetch(path, init);
+      } catch (err) {
+        if (mine !== era) return dropped();
+        return { ok: false, status: 0, error: { code: "network", message: "the API did not answer" } };
+      }
+      try { data = await res.json(); } catch (err) { data = null; }
+    } finally {
+      if (reader) reads.delete(reader);
+    }
+    if (mine !== era) return dropped();
     if (res.status === 401 && me !== null) signOut("Your token was refused (expired or invalid): sign in again.");
     if (!res.ok) {
       const error = (data && data.error) || { code: "http_" + res.status, message: res.statusText };
@@ -108,6 +139,8 @@
   // -- session ---------------------------------------------------------------------------------
 
   async function signIn(raw) {
+    newEra();
+    forgetAll();
     sessionStorage.setItem(TOKEN_KEY, raw.trim());
     const result = await api("GET", "/v1/console/me");
     if (!result.ok) {
@@ -117,31 +150,74 @@
     }
     me = result.data;
     $("login-error").textContent = "";
+    $("token").value = "";
     $("who").textContent = me.subject + " @ " + me.tenant_id + (me.roles.length ? " (" + me.roles.join(", ") + ")" : "");
     show($("login"), false);
     show($("app"), true);
     show($("nav"), true);
     show($("sign-out"), true);
-    resetOps();
-    show($("ops"), isOperator());
     route();
     return true;
   }
 
+  // Everything a person saw is forgotten: the pages' lists, timeline, counts, messages and
+  // inputs, the tab's storage (the token and anything else kept there), the address (a task id
+  // in it would open that task for the next person) and every answer still on its way.
   function signOut(message) {
-    sessionStorage.removeItem(TOKEN_KEY);
+    newEra();
     me = null;
     stopPolling();
-    cards.clear();
-    clear($("approvals"));
-    resetOps();
-    $("who").textContent = "";
+    forgetAll();
+    sessionStorage.clear();
+    if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+    showLogin(message);
+  }
+
+  // The sign-in form alone (at load without a token, the address is kept: a link to a task
+  // opens it once its person signs in).
+  function showLogin(message) {
     show($("app"), false);
     show($("nav"), false);
     show($("sign-out"), false);
     show($("login"), true);
     $("login-error").textContent = message || "";
     $("token").value = "";
+  }
+
+  function forgetAll() {
+    for (const p of PAGES) forget(p);
+    page = null;
+    serverSkewMs = 0;
+    $("who").textContent = "";
+    say("");
+  }
+
+  // What page `name` put on the screen, gone: its lists, counts, messages and inputs.
+  function forget(name) {
+    if (name === "approvals") {
+      cards.clear();
+      clear($("approvals"));
+      $("approvals-count").textContent = "";
+      $("approvals-error").textContent = "";
+    } else if (name === "timeline") {
+      forgetTimeline();
+      clear($("results").querySelector("tbody"));
+      show($("results"), false);
+      $("q").value = "";
+      $("status-filter").value = "";
+    } else if (name === "queues") {
+      // A switch being confirmed is called off (its form would stay locked for the next one).
+      if (!$("switch-confirm").hidden) $("switch-confirm-no").click();
+      resetOps();
+      $("queues-error").textContent = "";
+      for (const id of ["switch-target", "switch-value", "switch-reason"]) $(id).value = "";
+      $("switch-confirm-text").textContent = "";
+    }
+  }
+
+  function forgetTimeline() {
+    clear($("timeline"));
+    $("search-error").textContent = "";
   }
 
   // -- routing and polling ---------------------------------------------------------------------
@@ -160,9 +236,16 @@
 
   function route() {
     if (me === null) return;
-    const [page, arg] = (location.hash.slice(1) || "approvals").split("/");
-    const name = ["approvals", "timeline", "queues"].includes(page) ? page : "approvals";
-    for (const p of ["approvals", "timeline", "queues"]) show($("page-" + p), p === name);
+    const [wanted, arg] = (location.hash.slice(1) || "approvals").split("/");
+    const name = PAGES.includes(wanted) ? wanted : "approvals";
+    // What the page being left showed goes, and so do the answers it still waits for; within
+    // the timeline page, the task shown before (its search box and list stay: they are its own).
+    newEra();
+    stopPolling();
+    if (page !== null && page !== name) forget(page);
+    else if (page === "timeline") forgetTimeline();
+    page = name;
+    for (const p of PAGES) show($("page-" + p), p === name);
     for (const a of document.querySelectorAll("#nav a")) {
       a.classList.toggle("active", a.dataset.page === name);
     }
@@ -170,6 +253,7 @@
       poll(loadApprovals, POLL_MS.approvals);
       clockTimer = setInterval(tickClocks, 1000);
     } else if (name === "queues") {
+      show($("ops"), isOperator());
       poll(loadQueues, POLL_MS.queues);
     } else {
       stopPolling();
@@ -792,6 +876,6 @@
     $("search-form").addEventListener("submit", search);
     setUpSwitchForm();
     window.addEventListener("hashchange", route);
-    if (token()) signIn(token()); else signOut("");
+    if (token()) signIn(token()); else showLogin("");
   });
 })();
