@@ -54,6 +54,24 @@ class Settings(BaseModel):
         "tenant directory, rate buckets, semaphores",
         shown="the broker's, if Redis",
     )
+    # -- how long a database call may wait (Postgres) ----------------------------------------
+    # An API answer waits at most about POOL_TIMEOUT + CONNECT_TIMEOUT, or STATEMENT_TIMEOUT
+    # once its statement runs; past that it is a 503, never a hang.
+    db_connect_timeout_s: int = _setting(
+        5, "opening a Postgres connection (libpq counts at least 2)", ge=1, le=300
+    )
+    db_pool_timeout_s: float = _setting(
+        5.0, "waiting for a free connection of the process's pool", gt=0, le=300
+    )
+    db_statement_timeout_s: float = _setting(
+        30.0,
+        "a statement's run time, enforced by the server; `0`: none (migrations and benchmark "
+        "seeding lift it for themselves)",
+        ge=0,
+    )
+    db_lock_timeout_s: float = _setting(
+        10.0, "a statement's wait for a row or table lock; `0`: none", ge=0
+    )
     queue_prefix: str = _setting(
         "aj",
         "queue names `aj.t.<tenant>`, Redis keys `aj:...`, the control exchange",

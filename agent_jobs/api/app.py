@@ -42,6 +42,7 @@ from agent_jobs.obs.metrics import (
 )
 from agent_jobs.obs.queues import GateCollector, QueueCollector
 from agent_jobs.queue.gate import GATE_HOLD, MODEL_CAP
+from agent_jobs.store.engine import database_error_line as one_line
 from agent_jobs.store.migrate import head_revisions, schema_lag
 
 log = logging.getLogger(__name__)
@@ -162,8 +163,9 @@ def _queue_collector(runtime: ApiRuntime, settings: Settings) -> list[Any]:
     return collectors
 
 
-def _schema_check(runtime: ApiRuntime) -> Callable[[], str | None] | None:
-    """The readiness check of the schema revision, and one log line now if it is not at head."""
+def _schema_check(runtime: ApiRuntime, *, reachable: bool) -> Callable[[], str | None] | None:
+    """The readiness check of the schema revision, and one log line now if it is not at head
+    (nothing when the database is known unreachable: that was said already)."""
     engine = getattr(runtime.store, "engine", None)
     if engine is None:
         return None
@@ -172,14 +174,30 @@ def _schema_check(runtime: ApiRuntime) -> Callable[[], str | None] | None:
     def check() -> str | None:
         return schema_lag(engine, heads)
 
+    if not reachable:
+        return check
     try:
         lag = check()
     except Exception as exc:  # the database may come up later: readiness will tell
-        log.warning("could not read the database schema revision at start: %s", exc)
+        log.warning("could not read the database schema revision at start: %s", one_line(exc))
     else:
         if lag is not None:
             log.error("not ready: %s", lag)
     return check
+
+
+def _unreachable_at_start(cfg: Settings) -> set[str]:
+    """Probe the database and the broker before anything else reads them, and say in one line
+    each what does not answer; the API starts anyway and `/readyz` answers 503 until they do
+    (its probes log again only when that changes). The names of what is down."""
+    from agent_jobs.queue.reach import broker_problem, database_problem  # noqa: PLC0415
+
+    down = set()
+    for name, problem in (("database", database_problem(cfg)), ("broker", broker_problem(cfg))):
+        if problem is not None:
+            down.add(name)
+            log.error("agent-jobs api: %s; /readyz answers 503 until it answers", problem)
+    return down
 
 
 def _install_docs(app: FastAPI) -> None:
@@ -203,9 +221,12 @@ def create_app(runtime: ApiRuntime | None = None, settings: Settings | None = No
     `settings` overrides the runtime's settings for the API's own concerns (auth, admission,
     body limit, metrics port); the store, orchestrator and workflows are the runtime's.
     """
+    down: set[str] = set()
     if runtime is None:
+        from agent_jobs.config import settings as process_settings  # noqa: PLC0415
         from agent_jobs.queue.runtime import get_runtime  # noqa: PLC0415
 
+        down = _unreachable_at_start(process_settings())
         runtime = get_runtime()
     cfg = settings or runtime.settings
     metrics = PrometheusObserver()
@@ -248,7 +269,8 @@ def create_app(runtime: ApiRuntime | None = None, settings: Settings | None = No
         metrics=metrics,
         registry=exposition_registry(*_queue_collector(runtime, cfg)),
         broker_ping=_broker_ping(cfg),
-        schema_check=_schema_check(runtime),
+        schema_check=_schema_check(runtime, reachable="database" not in down),
+        down=down,
     )
     install_handlers(app)
     _install_docs(app)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fastapi import Depends, Request
@@ -73,6 +73,9 @@ class ApiState:
     # () -> None when the database schema is at head, else one line saying where it is; None
     # when the store has no engine to ask (a test double).
     schema_check: Callable[[], str | None] | None = None
+    # The dependencies (`database`, `broker`) last found unreachable: readiness logs a change
+    # of state, not every probe of a state already reported.
+    down: set[str] = field(default_factory=set)
 
 
 # auto_error=False: a missing or non-bearer header is our 401 with our error body, not FastAPI's.

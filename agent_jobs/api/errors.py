@@ -25,6 +25,7 @@ from agent_jobs.core.errors import (
     UnknownWorkflow,
 )
 from agent_jobs.core.text import for_log
+from agent_jobs.store.engine import database_error_line
 from agent_jobs.store.store import UNAVAILABLE
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,13 @@ def install_handlers(app: FastAPI) -> None:
         return error_response(exc.status_code, code, message, getattr(exc, "headers", None))
 
     async def _database_down(request: Request, exc: Exception) -> JSONResponse:
-        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+        # One line, no statement and no value (`database_error_line`): the cause, for operators.
+        log.warning(
+            "database unavailable on %s %s: %s",
+            request.method,
+            request.url.path,
+            database_error_line(exc),
+        )
         return error_response(503, "unavailable", "the database is unavailable; retry later")
 
     for cls in UNAVAILABLE:

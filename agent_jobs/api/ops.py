@@ -21,9 +21,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from agent_jobs.api import responses as r
-from agent_jobs.api.deps import state
+from agent_jobs.api.deps import ApiState, state
 from agent_jobs.api.models import Health, Readiness
 from agent_jobs.config import Settings
+from agent_jobs.store.engine import database_error_line
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +41,19 @@ def healthz() -> Health:
     return Health(status="ok")
 
 
-def _probe(name: str, probe: Callable[[], Any]) -> str:
+def _probe(st: ApiState, name: str, probe: Callable[[], Any]) -> str:
+    """`ok` or `unavailable`; logged once when it becomes unavailable (one line, no statement or
+    value in it) and once when it answers again, not at every probe in between."""
     try:
         probe()
     except Exception as exc:
-        log.warning("readiness: %s unreachable: %s", name, type(exc).__name__)
+        if name not in st.down:
+            st.down.add(name)
+            log.warning("readiness: %s unreachable: %s", name, database_error_line(exc))
         return "unavailable"
+    if name in st.down:
+        st.down.discard(name)
+        log.warning("readiness: %s answers again", name)
     return "ok"
 
 
@@ -67,8 +75,8 @@ def _probe(name: str, probe: Callable[[], Any]) -> str:
 def readyz(request: Request) -> JSONResponse:
     st = state(request)
     checks = {
-        "database": _probe("database", st.runtime.store.ping),
-        "broker": _probe("broker", st.broker_ping),
+        "database": _probe(st, "database", st.runtime.store.ping),
+        "broker": _probe(st, "broker", st.broker_ping),
     }
     reason = None
     if checks["database"] == "ok" and st.schema_check is not None:

@@ -15,8 +15,12 @@ from agent_jobs.core.errors import ConfigError
 from agent_jobs.core.polling import poll
 
 
-def require_services() -> tuple[str, str]:
-    """The benchmarks measure the production path: Postgres and Redis, from the environment."""
+def require_services(*, claim: bool = True) -> tuple[str, str]:
+    """The benchmarks measure the production path: Postgres and Redis, from the environment.
+
+    With `claim`, the configured database is the benchmark's to empty: created and marked now
+    if it does not exist, else it must carry the mark or be named with `--wipe`; otherwise a
+    one-line refusal (`WipeRefused`) before anything is started or touched."""
     cfg = load_settings()
     if not cfg.database_url.startswith(("postgresql", "postgres")):
         raise ConfigError(
@@ -27,6 +31,10 @@ def require_services() -> tuple[str, str]:
         raise ConfigError(
             "benchmarks run on Redis: set AGENT_JOBS_BROKER_URL (e.g. redis://127.0.0.1:6379/5)"
         )
+    if claim:
+        from agent_jobs.store.admin import claim_database  # noqa: PLC0415
+
+        claim_database(cfg.database_url)
     return cfg.database_url, cfg.broker_url
 
 

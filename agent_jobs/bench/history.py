@@ -19,6 +19,7 @@ from agent_jobs.bench.common import Phase, abba, median, require_services
 from agent_jobs.bench.common import progress as say
 from agent_jobs.bench.procs import cpu_seconds, workers_cpu
 from agent_jobs.config import load_settings
+from agent_jobs.store.engine import lifted_timeouts
 from agent_jobs.store.store import Store
 
 TARGET_RATIO = 0.9
@@ -37,7 +38,9 @@ def run(
     reseed: bool = False,
     progress: bool = True,
 ) -> dict[str, Any]:
-    require_services()
+    # Its own two databases (derived from the configured name) are claimed below; the configured
+    # one is never written.
+    require_services(claim=False)
     if events_per_task < 1:
         raise ValueError("events_per_task: every task has at least its 'created' event")
     show = progress
@@ -113,13 +116,13 @@ def _history_database(
     """Make `url` hold exactly the requested history and nothing else: reuse it when it does
     (after removing the tasks an earlier run added), else empty and seed it. The rows present,
     and the seconds seeding took (None when reused)."""
-    from agent_jobs.store.admin import ensure_database, prepare  # noqa: PLC0415
+    from agent_jobs.store.admin import claim_database, prepare  # noqa: PLC0415
     from agent_jobs.store.benchdata import HISTORY_REQUESTER, seed_history  # noqa: PLC0415
     from agent_jobs.store.migrate import upgrade  # noqa: PLC0415
 
     name = _name(url)
     want_events = want_tasks * events_per_task
-    ensure_database(url)
+    claim_database(url)  # created and marked now, or refused unless marked or --wipe
     store = Store.from_url(url)
     try:
         upgrade(store.engine)
@@ -184,7 +187,8 @@ def _size_mb(store: Store) -> float:
 def _vacuum_analyze(store: Store) -> None:
     """Statistics for the planner, and the visibility map and hint bits set now, so that the
     first round does not pay for writing them."""
-    with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+    autocommit = store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    with autocommit as conn, lifted_timeouts(conn):  # long by design: no statement timeout
         conn.exec_driver_sql("VACUUM ANALYZE tasks, task_events")
 
 

@@ -174,6 +174,9 @@ def _guarded(command: Any) -> Any:
     the `finally` blocks that stop them instead of leaving them running."""
 
     def run(args: argparse.Namespace) -> int:
+        from agent_jobs.store.admin import allow_wipe  # noqa: PLC0415
+
+        allow_wipe(getattr(args, "wipe", None) or ())
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         return int(command(args))
 
@@ -252,6 +255,13 @@ def register(sub: Any) -> None:
     _register_issue5(bsub)
     _register_platform(bsub)
 
+    _register_sweep(bsub)
+    _register_history(bsub)
+    _register_recovery(bsub)
+    _add_wipe(bsub)  # last: every benchmark registered above gets `--wipe`
+
+
+def _register_sweep(bsub: Any) -> None:
     s = bsub.add_parser("sweep", help="sweep cost with many finished tasks vs few")
     s.add_argument("--rows", type=int, default=1_000_000)
     s.add_argument("--small", type=int, default=1_000)
@@ -260,8 +270,20 @@ def register(sub: Any) -> None:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_guarded(cmd_sweep))
 
-    _register_history(bsub)
-    _register_recovery(bsub)
+
+def _add_wipe(bsub: Any) -> None:
+    """`--wipe DATABASE` on every benchmark: the only way it empties a database it did not
+    create and mark (see `store.admin`)."""
+    for parser in bsub.choices.values():
+        parser.add_argument(
+            "--wipe",
+            action="append",
+            default=[],
+            metavar="DATABASE",
+            help="empty DATABASE although this benchmark did not create it (it must be the "
+            "database AGENT_JOBS_DATABASE_URL names, or one derived from it); repeatable. "
+            "Without it a benchmark runs only on a database it created and marked",
+        )
 
 
 def _register_issue5(bsub: Any) -> None:

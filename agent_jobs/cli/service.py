@@ -79,6 +79,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # Before Celery starts: outside the embedded mode a missing tool secret is one line naming
     # it and exit status 2 (`celery -A agent_jobs worker` gets the same check at `worker_init`).
     tool_secret(settings())
+    from agent_jobs.queue.reach import exit_if_unreachable  # noqa: PLC0415
+
+    # Before Celery starts (its banner, its broker retries): one line if Postgres or the broker
+    # does not answer. `celery -A agent_jobs worker` gets the same check at `worker_init`.
+    exit_if_unreachable("agent-jobs worker", settings())
     port = args.metrics_port if args.metrics_port is not None else settings().worker_metrics_port
     if port is not None:
         if "prometheus_client" in sys.modules:

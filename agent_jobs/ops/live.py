@@ -35,6 +35,7 @@ from agent_jobs.ops.switches import (
     SwitchKey,
     SwitchSet,
 )
+from agent_jobs.store.engine import database_error_line
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class StoreSwitches:
         self._stop = threading.Event()
         self._pid = os.getpid()
         self.reloads = 0  # how many times the table was read (tests, diagnostics)
+        self._failing = False  # the last read failed (its failure was logged once)
 
     @property
     def listening(self) -> bool:
@@ -114,9 +116,19 @@ class StoreSwitches:
         try:
             new = to_set(self._source.switches())
         except Exception as exc:
-            log.warning("cannot read the operator switches (%s); keeping the last set", exc)
+            # Once per outage, in one line: the reader retries every few seconds, and a
+            # database that is down is reported by the process's own start check or readiness.
+            if not self._failing:
+                self._failing = True
+                log.warning(
+                    "cannot read the operator switches (%s); keeping the last set",
+                    database_error_line(exc),
+                )
             self._loaded_at = self._clock()
             return self._set
+        if self._failing:
+            self._failing = False
+            log.warning("the operator switches are readable again")
         with self._lock:
             old, self._set = self._set, new
             self._loaded_at = self._clock()

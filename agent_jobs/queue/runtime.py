@@ -221,14 +221,20 @@ def schema_problem(store: Store) -> str | None:
     return None if lag is None else f"{where}: {lag}"
 
 
-def exit_unless_migrated(**_: Any) -> None:
+def exit_unless_migrated(sender: Any = None, **_: Any) -> None:
     """At worker and beat start (Celery's `worker_init` / `beat_init`): one line and exit status
-    3 if the schema is not there, instead of a traceback for every step and every sweep. Exiting,
-    not waiting: a supervisor (compose's restart policy, systemd) retries, and a person at a
-    terminal sees the command to run."""
+    3 if the database or the broker does not answer, or the schema is not there, instead of a
+    traceback for every step and every sweep. Exiting, not waiting: a supervisor (compose's
+    restart policy, systemd) retries, and a person at a terminal sees what to fix. Checked
+    before the runtime is built: building it reads the database (the operator switches)."""
+    from agent_jobs.queue.reach import exit_if_unreachable  # noqa: PLC0415
+
+    role = "beat" if type(sender).__module__.startswith("celery.beat") else "worker"
+    exit_if_unreachable(f"agent-jobs {role}", settings())
     problem = schema_problem(get_runtime().store)
     if problem is not None:
-        print(f"agent-jobs: {problem}", file=sys.stderr, flush=True)
+        # The real stderr: beat has redirected sys.stderr into its logger by now.
+        print(f"agent-jobs: {problem}", file=sys.__stderr__ or sys.stderr, flush=True)
         raise SystemExit(EXIT_NOT_MIGRATED)
 
 

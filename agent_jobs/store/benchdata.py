@@ -22,6 +22,7 @@ from sqlalchemy import (
 from sqlalchemy import Table as _Table
 
 from agent_jobs.core.states import Status
+from agent_jobs.store.engine import lifted_timeouts
 from agent_jobs.store.store import Store
 from agent_jobs.store.types import UTCDateTime, db_now
 
@@ -136,7 +137,8 @@ def seed_finished(store: Store, start: int, count: int) -> None:
                    '2026-01-01 00:00:00.000000', '2026-01-01 00:00:00.000000'
             FROM g
         """
-    with store.engine.begin() as conn:
+    # Bulk seeding is long by design: no statement timeout.
+    with store.engine.begin() as conn, lifted_timeouts(conn):
         conn.execute(text(sql), {"start": start, "stop": start + count - 1})
 
 
@@ -290,7 +292,7 @@ def seed_history(
             "stop": done + n - 1, "tenants": tenants, "tenant_prefix": tenant_prefix,
             "events": events_per_task,
         }  # fmt: skip
-        with store.engine.begin() as conn:
+        with store.engine.begin() as conn, lifted_timeouts(conn):
             conn.execute(text(_HISTORY_TASKS), values)
             conn.execute(text(_HISTORY_EVENTS), values)
         done += n
