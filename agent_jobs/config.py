@@ -149,6 +149,15 @@ class Settings(BaseModel):
         "most this long, so that step needs no read; `0`: never",
         ge=0,
     )
+    # -- workflows of your own ----------------------------------------------------------------
+    workflows: tuple[str, ...] = _setting(
+        (),
+        "modules of your own workflows, imported by every process (API, worker, beat, CLI) at "
+        "start: `mypkg.workflows,other.mod`; each defines a `workflows` list or calls "
+        "`agent_jobs.workflows.register(...)` (entry points of group `agent_jobs.workflows` "
+        "are loaded too)",
+        shown="—",
+    )
     # -- Celery and the CLI --------------------------------------------------------------------
     step_acks: str = _setting(
         "memory",
@@ -301,6 +310,23 @@ class Settings(BaseModel):
             if value.strip().startswith("-"):
                 raise ValueError(f"{item!r} must not be negative")
             out.append((tenant.strip(), value.strip()))
+        return tuple(out)
+
+    @field_validator("workflows", mode="before")
+    @classmethod
+    def _module_names(cls, raw: Any) -> Any:
+        """`mypkg.workflows, other.mod` -> ("mypkg.workflows", "other.mod"), each a dotted
+        module name, duplicates dropped (a module is imported once anyway)."""
+        items = _items(raw) if isinstance(raw, str) else raw
+        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+            return raw  # the field's type reports it
+        out: list[str] = []
+        for item in items:
+            if len(item) > 200 or not all(part.isidentifier() for part in item.split(".")):
+                shown = item if len(item) <= 60 else item[:59] + "…"
+                raise ValueError(f"{shown!r} is not a module name (e.g. mypkg.workflows)")
+            if item not in out:
+                out.append(item)
         return tuple(out)
 
     @model_validator(mode="after")

@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         switches,
         tasks,
         trace,
+        workflows,
     )
 
     parser = _Parser(
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for module in (tasks, ops, bench, trace, switches, incidents):
+    for module in (tasks, ops, bench, trace, switches, incidents, workflows):
         module.register(sub)
     for extra in _optional_modules():
         extra.register(sub)

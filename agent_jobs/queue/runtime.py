@@ -34,7 +34,7 @@ from agent_jobs.queue.gate import GatedDispatcher, GatePolicy, RedisGate
 from agent_jobs.queue.publisher import CeleryPublisher, RedisBrokerProbe
 from agent_jobs.store import Store
 from agent_jobs.tools.credentials import tool_secret
-from agent_jobs.workflows import default_registry
+from agent_jobs.workflows import default_registry, exit_unless_loaded
 
 
 @dataclass
@@ -262,7 +262,10 @@ def quiet_beat_schedule_logs(**_: Any) -> None:
 
 
 worker_init.connect(exit_without_tool_secret, weak=False, dispatch_uid="agent_jobs.tool_secret")
+# Workflows load before the schema check builds the runtime (a load error there is only logged).
+worker_init.connect(exit_unless_loaded, weak=False, dispatch_uid="agent_jobs.workflows")
 worker_init.connect(exit_unless_migrated, weak=False, dispatch_uid="agent_jobs.schema_check")
 worker_init.connect(quiet_per_message_logs, weak=False, dispatch_uid="agent_jobs.quiet_logs")
+beat_init.connect(exit_unless_loaded, weak=False, dispatch_uid="agent_jobs.workflows.beat")
 beat_init.connect(exit_unless_migrated, weak=False, dispatch_uid="agent_jobs.schema_check.beat")
 beat_init.connect(quiet_beat_schedule_logs, weak=False, dispatch_uid="agent_jobs.quiet_beat")

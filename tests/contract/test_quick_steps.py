@@ -15,7 +15,7 @@ from agent_jobs.core.errors import StaleTransition
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import Status
 from agent_jobs.testing import Harness
-from agent_jobs.workflows import default_registry
+from agent_jobs.workflows import builtin_registry, default_registry
 
 
 def _noop(h: Harness, tenant: str, steps: int = 2) -> str:
@@ -93,7 +93,7 @@ def test_a_quick_hook_that_raises_fails_neither_the_submit_nor_a_commit(
         def quick(self, inp: Any) -> bool:
             raise RuntimeError("a buggy quick hook")
 
-    registry = default_registry()
+    registry = builtin_registry()  # its own: the process's registry is not a test's to add to
     registry.register(Raising())
     h = Harness(store, registry)
     request = TaskRequest(workflow="raising-quick@1", input={"steps": 1})

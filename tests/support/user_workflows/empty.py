@@ -1,0 +1,3 @@
+"""A user's module that imports and registers nothing."""
+
+GREETING = "hello"
