@@ -70,7 +70,11 @@ class Settings(BaseModel):
         ge=0,
     )
     db_lock_timeout_s: float = _setting(
-        10.0, "a statement's wait for a row or table lock; `0`: none", ge=0
+        10.0,
+        "a statement's wait for a row or table lock; `0`: none. Both timeouts are sent as the "
+        "connection's `options`: behind a pooler that refuses it (PgBouncer without "
+        "`ignore_startup_parameters = options`) set both to `0` and set them on the role",
+        ge=0,
     )
     queue_prefix: str = _setting(
         "aj",

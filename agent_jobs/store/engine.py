@@ -108,14 +108,21 @@ def pg_connect_args(cfg: Settings) -> dict[str, Any]:
     are the session's defaults, set at connection start (`options`), so they cost no round trip;
     `lifted_timeouts` lifts them for a migration or a benchmark's seeding."""
     options = [
-        f"-c statement_timeout={round(cfg.db_statement_timeout_s * 1000)}",
-        f"-c lock_timeout={round(cfg.db_lock_timeout_s * 1000)}",
+        f"-c {name}={round(seconds * 1000)}"
+        for name, seconds in (
+            ("statement_timeout", cfg.db_statement_timeout_s),
+            ("lock_timeout", cfg.db_lock_timeout_s),
+        )
+        if seconds > 0
     ]
     idle = max(1, cfg.db_connect_timeout_s)
+    # Both at 0, no `options` at all: some poolers refuse the startup parameter (PgBouncer
+    # unless `ignore_startup_parameters = options`); the server's own defaults apply.
+    extra = {"options": " ".join(options)} if options else {}
     return {
         "application_name": f"agent_jobs:{os.getpid()}",
         "connect_timeout": cfg.db_connect_timeout_s,
-        "options": " ".join(options),
+        **extra,
         # A peer that vanished (a partition, a host that died) answers no keepalive: the
         # connection fails after about idle + 3 x interval seconds instead of hanging a caller
         # until the kernel gives up (minutes). tcp_user_timeout covers data sent and never
