@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from agent_jobs.config import Settings
+from agent_jobs.core.holds import HoldReason
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import Status
 from agent_jobs.orchestrator.archive import writer_for
@@ -136,8 +137,17 @@ class Sweepers:
 
     def held(self) -> int:
         """Tasks held at the dispatch gate whose turn has come (a slot of a dead holder expired,
-        a fair-share position moved on, a model slot freed): the pump's safety net."""
-        return self.gated.sweep() if self.gated is not None else 0
+        a fair-share position moved on, a model slot freed): the pump's safety net. And steps a
+        workflow deferred (`Deferred`: a shared resource of its own was busy), which nothing
+        else releases: they go out again once a sweep, gate or no gate, and defer again if the
+        resource is still busy (one try a sweep interval, not a loop)."""
+        moved = self.gated.sweep() if self.gated is not None else 0
+        for dispatch in self.store.take_held(
+            HoldReason.DEFERRED.value, limit=self.settings.sweep_batch
+        ):
+            self.publisher.publish(dispatch)
+            moved += 1
+        return moved
 
     def approvals(self) -> int:
         cutoff = self.cutoff()
