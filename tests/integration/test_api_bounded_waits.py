@@ -98,10 +98,16 @@ def test_every_pooled_connection_held_answers_503_within_the_pool_timeout(
         store.dispose()
 
 
-def test_a_row_locked_by_another_session_answers_503_within_the_lock_timeout(
-    pg_database: str, tmp_path: Path
+@pytest.mark.parametrize(
+    ("lock_s", "statement_s"),
+    [(1.0, 3.0), (0.0, 2.0)],
+    ids=["lock-timeout", "statement-timeout"],
+)
+def test_a_row_locked_by_another_session_answers_503_within_the_lock_or_statement_timeout(
+    pg_database: str, tmp_path: Path, lock_s: float, statement_s: float
 ) -> None:
-    cfg = _bounded_settings()
+    """The lock timeout, or with none the statement timeout, ends the wait (on the server)."""
+    cfg = _bounded_settings(db_lock_timeout_s=lock_s, db_statement_timeout_s=statement_s)
     store = Store(make_engine(pg_database, cfg=cfg))
     other = make_engine(pg_database, cfg=cfg)
     try:
@@ -115,7 +121,7 @@ def test_a_row_locked_by_another_session_answers_503_within_the_lock_timeout(
                 r = http.post(f"{base}/v1/tasks/{task_id}/cancel", headers=auth(tok))
                 elapsed = time.monotonic() - started
             _assert_unavailable(r)
-            assert elapsed < 10 * cfg.db_lock_timeout_s + 10
+            assert elapsed < 10 * (lock_s or statement_s) + 10
             # The lock gone, the cancel goes through.
             r = http.post(f"{base}/v1/tasks/{task_id}/cancel", headers=auth(tok))
             assert r.status_code in (200, 202), r.text
