@@ -108,7 +108,7 @@ def pg_connect_args(cfg: Settings) -> dict[str, Any]:
     are the session's defaults, set at connection start (`options`), so they cost no round trip;
     `lifted_timeouts` lifts them for a migration or a benchmark's seeding."""
     options = [
-        f"-c {name}={round(seconds * 1000)}"
+        f"-c {name}={max(1, round(seconds * 1000))}"
         for name, seconds in (
             ("statement_timeout", cfg.db_statement_timeout_s),
             ("lock_timeout", cfg.db_lock_timeout_s),
