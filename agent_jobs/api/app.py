@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from fastapi import FastAPI
@@ -200,6 +200,19 @@ def _unreachable_at_start(cfg: Settings) -> set[str]:
     return down
 
 
+@contextmanager
+def _quiet(logger: str, when: bool) -> Iterator[None]:
+    """`logger` silent below ERROR inside the block, when `when`."""
+    log_ = logging.getLogger(logger)
+    level = log_.level
+    if when:
+        log_.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log_.setLevel(level)
+
+
 def _install_docs(app: FastAPI) -> None:
     """Swagger UI at /docs from the packaged assets (FastAPI's default loads them from a CDN)."""
     app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
@@ -227,7 +240,10 @@ def create_app(runtime: ApiRuntime | None = None, settings: Settings | None = No
         from agent_jobs.queue.runtime import get_runtime  # noqa: PLC0415
 
         down = _unreachable_at_start(process_settings())
-        runtime = get_runtime()
+        # Said once: building the runtime reads the operator switches, whose reader would say
+        # the database is unreachable again (it then logs only when the database answers).
+        with _quiet("agent_jobs.ops.live", "database" in down):
+            runtime = get_runtime()
     cfg = settings or runtime.settings
     metrics = PrometheusObserver()
 
