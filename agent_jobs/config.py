@@ -198,6 +198,12 @@ class Settings(BaseModel):
         "a JSON routes file (OpenAI-compatible providers)",
         shown="built-in scripted route",
     )
+    release_eval_runs: int = _setting(
+        5,
+        "runs per case a release's eval needs (full golden and safety suites) to unlock promote",
+        ge=1,
+        le=100,
+    )
     tool_secret: str | None = Field(
         None,
         description="HMAC secret for per-call tool credentials; a worker refuses to start "

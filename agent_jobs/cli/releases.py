@@ -40,16 +40,38 @@ def register(sub: Any) -> None:  # noqa: PLR0915 - one parser per subcommand
     ls.add_argument("--workflow", default="refund_resolution@3")
     ls.set_defaults(func=cmd_list)
 
-    e = rs.add_parser("eval", help="run the release's eval suite; records the result (the gate)")
+    e = rs.add_parser(
+        "eval",
+        help="the gate: run the golden and safety suites on this release's manifest (its route, "
+        "prompt, policy, flags, tools) in an isolated process; records the result",
+    )
     e.add_argument("release_id")
-    e.add_argument("--runs", type=int, default=5)
-    e.add_argument("--limit", type=int, default=None)
+    e.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="runs per case (default AGENT_JOBS_RELEASE_EVAL_RUNS; fewer unlocks no promote)",
+    )
+    e.add_argument(
+        "--limit", type=int, default=None, help="only the first N cases of each suite (a subset)"
+    )
+    e.add_argument(
+        "--case", action="append", default=[], help="only this case (repeatable; a subset)"
+    )
+    e.add_argument("--concurrency", type=int, default=4, help="worker threads")
+    e.add_argument("--json", dest="json_out", default=None, help="write the JSON report here")
+    e.add_argument("--quiet", action="store_true", help="no progress lines")
     e.set_defaults(func=cmd_eval)
 
-    pr = rs.add_parser("promote", help="make the release the incumbent (needs a passing eval)")
+    pr = rs.add_parser(
+        "promote",
+        help="make the release the incumbent (needs a passed full eval of this exact manifest)",
+    )
     pr.add_argument("release_id")
     pr.add_argument("--reason", required=True)
-    pr.add_argument("--force", action="store_true", help="promote without a passing eval")
+    pr.add_argument(
+        "--force", action="store_true", help="promote without a passing eval (recorded as forced)"
+    )
     pr.add_argument("--actor", default=ACTOR)
     pr.set_defaults(func=cmd_promote)
 
@@ -119,17 +141,35 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from agent_jobs.evals.report import text_summary  # noqa: PLC0415
-    from agent_jobs.evals.runner import run_suite  # noqa: PLC0415
-    from agent_jobs.evals.suites import suite  # noqa: PLC0415
+    from agent_jobs.config import load_settings  # noqa: PLC0415
+    from agent_jobs.evals import gate  # noqa: PLC0415
 
     svc = _service()
-    manifest = svc.manifest(args.release_id)
-    report = run_suite(suite(manifest.eval_suite), runs=args.runs, limit=args.limit)
-    passed = report["overall"]["gate"] == "pass"
-    svc.store.record_release_eval(args.release_id, passed, report["overall"], ACTOR)
-    print(text_summary(report))
-    return 0 if passed else 1
+    runs = svc.eval_runs if args.runs is None else args.runs
+    if runs < 1 or (args.limit is not None and args.limit < 1):
+        print("agent-jobs: error: --runs and --limit must be at least 1", file=sys.stderr)
+        return 2
+    manifest = svc.catalog.check(svc.manifest(args.release_id))
+    say = None if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+    report = gate.evaluate(
+        manifest,
+        routes_path=load_settings().model_routes,
+        runs=runs,
+        cases=args.case,
+        limit=args.limit,
+        concurrency=args.concurrency,
+        progress=say,
+    )
+    unlocks = svc.record_eval(report, ACTOR)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    print(gate.text_summary(report))
+    if report["overall"]["gate"] == "pass" and not unlocks:
+        print(
+            f"recorded as a partial eval: promote needs every case of "
+            f"{', '.join(gate.gate_suites(manifest))} with {svc.eval_runs} run(s) each"
+        )
+    return 0 if report["overall"]["gate"] == "pass" else 1
 
 
 def cmd_promote(args: argparse.Namespace) -> int:

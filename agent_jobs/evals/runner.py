@@ -5,6 +5,16 @@ embedded Celery worker on threads, the simulator over HTTP on loopback), stores 
 model variant and pins an eval tenant to each, so a case's model is chosen exactly as production
 chooses one: by the release its task was created under. Cases without faults or hooks share the
 simulator (their order ids differ) and run concurrently; the others run alone.
+
+Given a candidate manifest (the release gate, `evals.gate`), every release is the candidate:
+its prompt, tool versions, policy bundle and flags; the honest-model cases run its own model
+route (resolved from the routes the gate hands over), and the adversarial-model cases run the
+candidate with only the route swapped for the adversary's, so they test the candidate's controls.
+
+In `strict` mode (the gate's own process) the environment must be the process's only one: it
+refuses to start when the process already has a runtime or a Celery app bound to other settings
+(a CLI command that read the production store first), since its tasks and worker would then be
+production's.
 """
 
 from __future__ import annotations
@@ -38,7 +48,15 @@ def tenant_for(variant: str) -> str:
     return f"eval-{variant.replace('_', '-')}"
 
 
-def release_manifest(variant: str, suite_key: str = "golden-refund@1") -> dict[str, Any]:
+# The only settings a caller may hand the throwaway worker: how fast failed steps retry.
+PACING_VARIABLES = frozenset({"AGENT_JOBS_RETRY_BASE_S", "AGENT_JOBS_RETRY_MAX_S"})
+
+
+class EvalNotIsolated(RuntimeError):
+    """The eval would share this process's production runtime or broker."""
+
+
+def release_manifest(variant: str, suite_key: str = "golden-refund@2") -> dict[str, Any]:
     """The release an eval tenant runs under: the shipped versions, `variant`'s model route."""
     from agent_jobs.policy.bundles import CURRENT  # noqa: PLC0415
     from agent_jobs.workflows.refund import PROMPT_VERSION, TOOL_VERSIONS  # noqa: PLC0415
@@ -52,12 +70,18 @@ def release_manifest(variant: str, suite_key: str = "golden-refund@1") -> dict[s
         "policy_bundle": CURRENT,
         "retrieval_index": "policy-kb@2026-03-10",
         "eval_suite": suite_key,
-        "rollout": {
-            "mode": "full",
-            "traffic_percent": 100,
-            "flags": {"auto_execute_under_minor": 0},
-        },
+        "rollout": {"flags": {"auto_execute_under_minor": 0}},
     }
+
+
+def candidate_release(candidate: dict[str, Any], variant: str) -> dict[str, Any]:
+    """The release an eval tenant runs under when the gate evaluates `candidate`: the candidate
+    itself for the honest-model cases; for an adversarial model, the candidate with only its
+    route swapped (its id suffixed), so those cases test the candidate's policy and flags."""
+    if variant == "honest":
+        return dict(candidate)
+    rid = f"{str(candidate['release_id'])[:48]}.{variant.replace('_', '-')}"
+    return {**candidate, "release_id": rid, "model_route": models.route_key(variant)}
 
 
 @dataclass
@@ -80,9 +104,23 @@ class EvalEnvironment:
         concurrency: int = 4,
         progress: Progress | None = None,
         release: tuple[dict[str, Any], str] | None = None,
+        candidate: dict[str, Any] | None = None,
+        routes: dict[str, Any] | None = None,
+        strict: bool = False,
+        pacing: dict[str, str] | None = None,
     ) -> None:
+        # `pacing`: retry backoff variables for the throwaway worker (tests shorten it; how
+        # long a retry waits is not what a suite judges).
+        self.pacing = {k: v for k, v in (pacing or {}).items() if k in PACING_VARIABLES}
+        # `strict`: refuse to run unless the runtime and broker are provably the throwaway
+        # ones (the gate's own process sets it; in-process callers such as shadow do not yet).
+        self.strict = strict
         # `release`: (manifest, tenant): one more release, pinned for that tenant (shadow).
         self.extra_release = release
+        # `candidate`: the manifest every eval tenant's release is built from (the gate);
+        # `routes`: the routes file the worker loads (default: the eval models' routes).
+        self.candidate = candidate
+        self.routes = routes
         self.concurrency = concurrency
         self.progress = progress or (lambda _msg: None)
         self._stack: list[Any] = []
@@ -90,6 +128,14 @@ class EvalEnvironment:
 
     def __enter__(self) -> EvalEnvironment:
         from agent_jobs.demo.harness import DemoEnv  # noqa: PLC0415
+
+        # Not imported otherwise: the Celery app reads its broker when first imported, which
+        # must be after the environment below is set.
+        if self.strict and _has_runtime():
+            raise EvalNotIsolated(
+                "this process already has a runtime (its own store and broker): an eval here "
+                "would write to them; run it in a process of its own (`evals.gate`)"
+            )
         from agent_jobs.tools.refund_tools import (  # noqa: PLC0415
             ORDERS_URL,
             PAYMENTS_URL,
@@ -101,7 +147,8 @@ class EvalEnvironment:
         self._stack.append(self.sim)
         self._dir = tempfile.TemporaryDirectory(prefix="agent-jobs-eval-")
         routes = Path(self._dir.name) / "routes.json"
-        routes.write_text(json.dumps(models.routes_file_data()), encoding="utf-8")
+        routes_data = self.routes if self.routes is not None else models.routes_file_data()
+        routes.write_text(json.dumps(routes_data), encoding="utf-8")
         url = self.sim.base_url
         extra = {
             SYSTEMS_URL: url,
@@ -111,6 +158,7 @@ class EvalEnvironment:
             MODEL_ROUTES: str(routes),
             "AGENT_JOBS_TOOL_SECRET": "eval-only-tool-secret",
             "AGENT_JOBS_CONFIRM_LAG_S": "2",
+            **self.pacing,
         }
         self.env = DemoEnv(extra=extra, lease_ttl_s=5.0).__enter__()
         self._stack.append(self.env)
@@ -128,6 +176,8 @@ class EvalEnvironment:
         finally:
             first.dispose()
         self.rt = get_runtime()
+        if self.strict:
+            self._check_isolated()
         self.store = self.rt.store
         self.orch = self.rt.orchestrator
         self._setup_releases()
@@ -154,12 +204,29 @@ class EvalEnvironment:
             set_runtime(None)  # the next runtime is built from the restored environment
             self._dir.cleanup()
 
+    def _check_isolated(self) -> None:
+        """The runtime and the Celery app are the throwaway ones, or nothing runs."""
+        from agent_jobs.queue.app import app  # noqa: PLC0415
+
+        want = self.env.env["AGENT_JOBS_DATABASE_URL"]
+        broker = str(app.conf.broker_url or "")
+        if self.rt.settings.database_url != want or not broker.startswith("memory://"):
+            raise EvalNotIsolated(
+                "the eval's runtime is not its throwaway one (the Celery app was configured "
+                "before the eval's environment): run it in a process of its own (`evals.gate`)"
+            )
+
     def _setup_releases(self) -> None:
         from agent_jobs.releases import Catalog, Manifest  # noqa: PLC0415
 
         catalog = Catalog.current()
         for variant in models.VARIANTS:
-            manifest = catalog.check(Manifest.parse(release_manifest(variant)))
+            data = (
+                release_manifest(variant)
+                if self.candidate is None
+                else candidate_release(self.candidate, variant)
+            )
+            manifest = catalog.check(Manifest.parse(data))
             self.store.create_release(manifest.to_json(), REQUESTER)
             self.store.set_tenant_release(
                 tenant_for(variant), WORKFLOW, actor=REQUESTER, release_id=manifest.release_id
@@ -321,10 +388,17 @@ class EvalEnvironment:
             foreign_touched=foreign,
             leaked=leaked,
             approvals=len(approvals),
+            granted=sum(a.status in ("granted", "used") for a in approvals),
             cost_inr=float(Decimal(str(usage.get("cost") or 0))),
             latency_s=(run.ended or time.monotonic()) - run.started,
             model_calls=int(usage.get("calls") or 0),
         )
+
+
+def _has_runtime() -> bool:
+    from agent_jobs.queue import runtime  # noqa: PLC0415
+
+    return runtime._runtime is not None  # no public "is one built?" yet
 
 
 def _mentions(entry: dict[str, Any], ids: set[str]) -> bool:
@@ -372,8 +446,13 @@ def run_suite(
     limit: int | None = None,
     concurrency: int = 4,
     progress: Progress | None = None,
+    candidate: dict[str, Any] | None = None,
+    routes: dict[str, Any] | None = None,
+    strict: bool = False,
+    pacing: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run `suite` and return its report (JSON-able): per case over N runs, and overall."""
+    """Run `suite` and return its report (JSON-able): per case over N runs, and overall.
+    `candidate` and `routes`: see `EvalEnvironment` (the release gate passes both)."""
     say = progress or (lambda _m: None)
     names = set(only or [])
     cases = [c for c in suite.cases if not names or c.name in names]
@@ -384,7 +463,14 @@ def run_suite(
     started = time.time()
     t0 = time.monotonic()
     scores: dict[str, list[Score]] = {c.name: [] for c in cases}
-    with EvalEnvironment(concurrency=concurrency, progress=say) as env:
+    with EvalEnvironment(
+        concurrency=concurrency,
+        progress=say,
+        candidate=candidate,
+        routes=routes,
+        strict=strict,
+        pacing=pacing,
+    ) as env:
         batches = plan(cases, runs)
         for i, batch in enumerate(batches, 1):
             for (case, _), s in zip(batch, env.run_batch(batch), strict=True):

@@ -4,14 +4,22 @@ A manifest is what gets evaluated, rolled out and rolled back. It is validated t
 here (pydantic), and that every version it names exists in this deployment (`Catalog.check`), so
 a manifest naming a prompt or route no worker ships is refused when it is created, not when the
 first task pinned to it fails.
+
+No field is decoration: a task pinned to a release runs its model route, prompt, tool schema
+versions, policy bundle and flags (`store.releases.release_pins`, read by the workflow), and the
+gate (`evals.gate`) evaluates exactly those. What a manifest cannot make true it refuses: a
+rollout mode or traffic share (the `release canary|shadow|promote` commands decide those), an
+autonomy flag above the policy bundle's own approval threshold, a partial tool list.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -39,14 +47,18 @@ class _Frozen(BaseModel):
 
 class Flags(_Frozen):
     """Behaviour switches that apply without a deploy. `auto_execute_under_minor`: refunds below
-    this amount (minor units) may execute without approval; 0 means every refund needs a human."""
+    this amount (minor units) may execute without approval; 0 means every refund needs a human.
+    It only lowers the policy bundle's own threshold (a manifest above it is refused)."""
 
-    auto_execute_under_minor: int = Field(default=0, ge=0)
+    auto_execute_under_minor: int = Field(default=0, ge=0, le=10**15)
+
+
+# Fields earlier manifests carried that never took effect: how a release reaches traffic is the
+# rollout commands' decision. Refused in a new manifest; dropped when a stored one is read.
+LEGACY_ROLLOUT_FIELDS = ("mode", "traffic_percent")
 
 
 class Rollout(_Frozen):
-    mode: Literal["shadow", "canary", "full"] = "full"
-    traffic_percent: int = Field(default=100, ge=0, le=100)
     flags: Flags = Field(default_factory=Flags)
 
 
@@ -67,13 +79,38 @@ class Manifest(_Frozen):
     @classmethod
     def parse(cls, data: Mapping[str, Any]) -> Manifest:
         """Validate the shape, raising `ReleaseInvalid` with one line per problem."""
+        if not isinstance(data, Mapping):
+            raise ReleaseInvalid(["manifest: must be a JSON object"])
+        rollout = data.get("rollout")
+        legacy = [f for f in LEGACY_ROLLOUT_FIELDS if isinstance(rollout, Mapping) and f in rollout]
         try:
-            return cls.model_validate(dict(data))
+            manifest = cls.model_validate(dict(data))
         except ValidationError as exc:
             raise ReleaseInvalid(
-                f"{'.'.join(str(p) for p in e['loc']) or 'manifest'}: {e['msg']}"
+                _legacy_message(loc)
+                if e["loc"][-1:] in [(f,) for f in legacy]
+                else f"{loc}: {e['msg']}"
                 for e in exc.errors()
+                for loc in [".".join(str(p) for p in e["loc"]) or "manifest"]
             ) from None
+        return manifest
+
+    @classmethod
+    def parse_stored(cls, data: Mapping[str, Any]) -> Manifest:
+        """A manifest as stored: one created before the legacy rollout fields were refused
+        still reads (they never had an effect, so dropping them changes nothing)."""
+        rollout = data.get("rollout")
+        if isinstance(rollout, Mapping):
+            kept = {k: v for k, v in rollout.items() if k not in LEGACY_ROLLOUT_FIELDS}
+            data = {**data, "rollout": kept}
+        return cls.parse(data)
+
+    def content_hash(self) -> str:
+        """`sha256:<hex>` of the canonical JSON: what an eval evaluated and promote checks."""
+        canonical = json.dumps(
+            self.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+        return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     def pins(self) -> dict[str, Any]:
         """What a task created under this release pins, on top of the workflow's own pins."""
@@ -124,7 +161,7 @@ class Catalog:
         )
 
     def problems(self, m: Manifest) -> list[str]:
-        out = []
+        out = self._tool_problems(m)
         for what, value, known in (
             ("workflow", m.workflow, self.workflows),
             ("model_route", m.model_route, self.routes),
@@ -135,6 +172,12 @@ class Catalog:
         ):
             if value not in known:
                 out.append(f"{what} {value!r} does not exist (known: {', '.join(sorted(known))})")
+        if m.policy_bundle in self.policies:
+            out += _flag_problems(m)
+        return out
+
+    def _tool_problems(self, m: Manifest) -> list[str]:
+        out = []
         for tool, version in sorted(m.tool_schemas.items()):
             if tool not in self.tools:
                 out.append(f"tool_schemas: no tool {tool!r}")
@@ -143,6 +186,12 @@ class Catalog:
                     f"tool_schemas: {tool} version {version!r} does not exist "
                     f"(known: {', '.join(sorted(self.tools[tool]))})"
                 )
+        # A task pins the manifest's tool versions as its whole set: a tool left out would be
+        # unpinned, and the task would stop at its first call of it.
+        out += [
+            f"tool_schemas: no version named for {tool!r} (every tool of the workflow is pinned)"
+            for tool in sorted(set(self.tools) - set(m.tool_schemas))
+        ]
         return out
 
     def check(self, m: Manifest) -> Manifest:
@@ -150,3 +199,26 @@ class Catalog:
         if found:
             raise ReleaseInvalid(found)
         return m
+
+
+def _legacy_message(loc: str) -> str:
+    return (
+        f"{loc}: not a manifest field (a rollout's mode and traffic share are set by "
+        "`release canary|shadow|promote`, never by the manifest)"
+    )
+
+
+def _flag_problems(m: Manifest) -> list[str]:
+    """The autonomy flag may lower the bundle's approval threshold, never raise it: a value
+    above it would be refused by the policy at decision time, so the manifest refuses it now."""
+    from agent_jobs.policy.bundles import get_bundle  # noqa: PLC0415
+
+    thresholds = dict(getattr(get_bundle(m.policy_bundle), "approval_thresholds_minor", {}))
+    flag = m.rollout.flags.auto_execute_under_minor
+    ceiling = min(thresholds.values(), default=0)
+    if flag > ceiling:
+        return [
+            f"rollout.flags.auto_execute_under_minor {flag} is above {m.policy_bundle}'s approval "
+            f"threshold ({ceiling} minor units): a release may lower it, never raise it"
+        ]
+    return []

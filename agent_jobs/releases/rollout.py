@@ -133,9 +133,13 @@ def window_stats(tasks: list[Any]) -> WindowStats:
 class ReleaseService:
     """The release operations the CLI (and, later, the API and console) call."""
 
-    def __init__(self, store: Any, catalog: Catalog | None = None) -> None:
+    def __init__(
+        self, store: Any, catalog: Catalog | None = None, *, eval_runs: int | None = None
+    ) -> None:
         self.store = store
         self._catalog = catalog
+        # Runs per case a full eval needs to unlock promote (AGENT_JOBS_RELEASE_EVAL_RUNS).
+        self._eval_runs = eval_runs
 
     @property
     def catalog(self) -> Catalog:
@@ -144,11 +148,32 @@ class ReleaseService:
         return self._catalog
 
     def create(self, data: dict[str, Any], actor: str) -> tuple[ReleaseRow, bool]:
+        """Store a manifest after both checks (its shape, and that this deployment ships every
+        version it names)."""
         manifest = self.catalog.check(Manifest.parse(data))
         return self.store.create_release(manifest.to_json(), actor)  # type: ignore[no-any-return]
 
+    @property
+    def eval_runs(self) -> int:
+        if self._eval_runs is None:
+            from agent_jobs.config import load_settings  # noqa: PLC0415
+
+            self._eval_runs = load_settings().release_eval_runs
+        return self._eval_runs
+
     def manifest(self, release_id: str) -> Manifest:
-        return Manifest.parse(self.store.get_release(release_id).manifest)
+        return Manifest.parse_stored(self.store.get_release(release_id).manifest)
+
+    def record_eval(self, report: dict[str, Any], actor: str) -> bool:
+        """Store a gate report (`evals.gate.evaluate`); whether it unlocks promote."""
+        from agent_jobs.evals import gate  # noqa: PLC0415
+
+        full = gate.counts_for_promote(report, self.eval_runs)
+        passed = report["overall"]["gate"] == "pass"
+        self.store.record_release_eval(
+            report["release_id"], passed, gate.summary(report), actor, full=full
+        )
+        return full and passed
 
     def _rollout(self, workflow: str) -> RolloutRow | None:
         return self.store.rollout(workflow)  # type: ignore[no-any-return]
@@ -157,12 +182,14 @@ class ReleaseService:
         self, release_id: str, actor: str, reason: str, *, force: bool = False
     ) -> RolloutRow:
         """Make `release_id` the incumbent of its workflow: every new task gets it."""
+        from agent_jobs.evals.gate import promote_problems  # noqa: PLC0415
+
         row = self.store.get_release(release_id)
-        if row.eval_status != "passed" and not force:
-            raise ReleaseInvalid(
-                [f"release {release_id} has no passing eval ({row.eval_status or 'not run'})"]
-            )
-        self.catalog.check(Manifest.parse(row.manifest))  # still deployable here
+        manifest = Manifest.parse_stored(row.manifest)
+        problems = promote_problems(manifest, row.eval_status, row.eval_summary, self.eval_runs)
+        if problems and not force:
+            raise ReleaseInvalid(problems)
+        self.catalog.check(manifest)  # still deployable here
         cur = self._rollout(row.workflow)
         return self.store.change_rollout(  # type: ignore[no-any-return]
             row.workflow,
@@ -175,7 +202,12 @@ class ReleaseService:
             mode="none",
             traffic_percent=0,
             release_id=release_id,
-            data={"previous": cur.incumbent if cur else None},
+            data={
+                "previous": cur.incumbent if cur else None,
+                "manifest_hash": manifest.content_hash(),
+                # Forced past the gate: what it would have refused, on the record.
+                "forced_past": problems if force else [],
+            },
         )
 
     def rollback(self, workflow: str, actor: str, reason: str) -> RolloutRow:

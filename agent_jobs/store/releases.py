@@ -47,7 +47,9 @@ def tenant_bucket(tenant_id: str, workflow: str) -> int:
 
 def release_pins(manifest: dict[str, Any] | None) -> dict[str, Any]:
     """What a task created under `manifest` pins on top of its workflow's own pins (nothing
-    without a release). Policy is pinned for the record only: it is evaluated at decision time."""
+    without a release): every version the manifest names and its flags. The workflow runs the
+    pinned route, prompt and tool versions, and decides under the pinned policy bundle with the
+    pinned autonomy flag (see `RefundWorkflow.authorize`)."""
     if not manifest:
         return {}
     flags = dict((manifest.get("rollout") or {}).get("flags") or {})
@@ -55,6 +57,9 @@ def release_pins(manifest: dict[str, Any] | None) -> dict[str, Any]:
         "release": manifest["release_id"],
         "model_route": manifest["model_route"],
         "prompt": manifest["prompt"],
+        "policy": manifest["policy_bundle"],
+        "tools": dict(manifest["tool_schemas"]),
+        "retrieval_index": manifest["retrieval_index"],
         "flags": flags,
     }
 
@@ -169,21 +174,32 @@ class ReleaseStore(StoreBase):
             return [_release(r) for r in conn.execute(q)]
 
     def record_release_eval(
-        self, release_id: str, passed: bool, summary: dict[str, Any], actor: str
+        self,
+        release_id: str,
+        passed: bool,
+        summary: dict[str, Any],
+        actor: str,
+        *,
+        full: bool = True,
     ) -> None:
-        status = "passed" if passed else "failed"
+        """Record an eval in the history. Only a full eval (the gate's suites, the configured
+        runs) becomes the release's eval status, which `promote` reads; a partial one (a subset
+        of cases, fewer runs) is history only, so it can neither unlock nor hide a full result."""
+        status = ("passed" if passed else "failed") if full else "partial"
         with self.tx() as conn:
-            n = conn.execute(
-                update(releases)
-                .where(releases.c.release_id == release_id)
-                .values(eval_status=status, eval_summary=summary)
-            ).rowcount
-            if n != 1:
-                raise RecordNotFound(f"release {release_id} not found")
             workflow = conn.execute(
                 select(releases.c.workflow).where(releases.c.release_id == release_id)
-            ).scalar_one()
-            self._history(conn, workflow, "eval", release_id, actor, status, summary)
+            ).scalar_one_or_none()
+            if workflow is None:
+                raise RecordNotFound(f"release {release_id} not found")
+            if full:
+                conn.execute(
+                    update(releases)
+                    .where(releases.c.release_id == release_id)
+                    .values(eval_status=status, eval_summary=summary)
+                )
+            reason = status if full else f"partial ({'passed' if passed else 'failed'})"
+            self._history(conn, workflow, "eval", release_id, actor, reason, summary)
 
     # -- what is live -----------------------------------------------------------------------
 

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from agent_jobs.core.contracts import TaskRequest
+from agent_jobs.evals import gate
 from agent_jobs.orchestrator.registry import WorkflowRegistry
-from agent_jobs.releases import Catalog, ReleaseInvalid
+from agent_jobs.releases import Catalog, Manifest, ReleaseInvalid
 from agent_jobs.releases.rollout import ReleaseService, tenant_bucket
 from agent_jobs.store.releases import ReleaseConflict
 from agent_jobs.testing import Harness
@@ -22,7 +23,7 @@ CATALOG = Catalog(
     prompts=frozenset({"refund-v7"}),
     tools={"refunds.create": frozenset({"2"})},
     policies=frozenset({"POL-REF-004@4"}),
-    suites=frozenset({"golden-refund@1"}),
+    suites=frozenset({"golden-refund@2"}),
 )
 
 
@@ -35,12 +36,8 @@ def manifest(rid: str, route: str = "support-tier2@2026-03") -> dict[str, Any]:
         "workflow": WF,
         "policy_bundle": "POL-REF-004@4",
         "retrieval_index": "policy-kb@2026-03-10",
-        "eval_suite": "golden-refund@1",
-        "rollout": {
-            "mode": "full",
-            "traffic_percent": 100,
-            "flags": {"auto_execute_under_minor": 0},
-        },
+        "eval_suite": "golden-refund@2",
+        "rollout": {"flags": {"auto_execute_under_minor": 0}},
     }
 
 
@@ -51,7 +48,7 @@ def tenants(inside: bool, n: int, percent: int = 50) -> list[str]:
 
 @pytest.fixture
 def svc(store: Any) -> ReleaseService:
-    return ReleaseService(store, CATALOG)
+    return ReleaseService(store, CATALOG, eval_runs=5)
 
 
 @pytest.fixture
@@ -96,12 +93,63 @@ def test_tasks_are_pinned_to_the_release_they_began_under(
     assert submit(harness, inside[0], "k-pinned").pinned["release"] == "rel-a"
 
 
-def test_promote_needs_a_passing_eval(svc: ReleaseService) -> None:
+def gate_report(
+    m: dict[str, Any], *, runs: int = 5, cases: tuple[str, ...] = (), passed: bool = True
+) -> dict[str, Any]:
+    """A gate report as `evals.gate.evaluate` returns it (the suites' own reports trimmed to
+    what the record keeps), over every gate suite or only `cases`."""
+    manifest_ = Manifest.parse(m)
+    planned = {k: (list(cases) or None) for k in gate.gate_suites(manifest_)}
+    overall = {"cases": 3, "cases_passed": 3 if passed else 2, "safety_failures": 0}
+    suites = {
+        k: {"overall": {**overall, "gate": "pass" if passed else "fail"}, "cases": []}
+        for k in planned
+    }
+    return gate.combine(manifest_, suites, runs=runs, planned=planned, limit=None)
+
+
+def test_promote_needs_a_passed_full_eval_of_this_exact_manifest(svc: ReleaseService) -> None:
     svc.create(manifest("rel-a"), "alice")
     with pytest.raises(ReleaseInvalid, match="no passing eval"):
         svc.promote("rel-a", "alice", "go")
-    svc.store.record_release_eval("rel-a", True, {"gate": "pass"}, "ci")
+    # Recorded, but none of these unlocks promote: a subset of cases, too few runs, a failure.
+    assert svc.record_eval(gate_report(manifest("rel-a"), cases=("c1",)), "ci") is False
+    assert svc.record_eval(gate_report(manifest("rel-a"), runs=1), "ci") is False
+    with pytest.raises(ReleaseInvalid, match="no passing eval"):
+        svc.promote("rel-a", "alice", "go")
+    assert svc.record_eval(gate_report(manifest("rel-a"), passed=False), "ci") is False
+    with pytest.raises(ReleaseInvalid, match="no passing eval \\(failed\\)"):
+        svc.promote("rel-a", "alice", "go")
+    # A passed full eval of another manifest (same id, other route) does not count for this one.
+    other = gate_report(manifest("rel-a", "support-tier2-loops@2026-03"))
+    svc.store.record_release_eval("rel-a", True, gate.summary(other), "ci")
+    with pytest.raises(ReleaseInvalid, match="not this one"):
+        svc.promote("rel-a", "alice", "go")
+    # A subset after a full failure hides nothing; a full pass of this manifest unlocks it.
+    assert svc.record_eval(gate_report(manifest("rel-a")), "ci") is True
+    assert svc.record_eval(gate_report(manifest("rel-a"), runs=1, cases=("c1",)), "ci") is False
+    # The runs the setting asks for are judged at promote time too (raised since the eval).
+    with pytest.raises(ReleaseInvalid, match="5 run"):
+        ReleaseService(svc.store, CATALOG, eval_runs=10).promote("rel-a", "alice", "go")
     assert svc.promote("rel-a", "alice", "go").incumbent == "rel-a"
+    evals = [h for h in svc.store.release_history(WF) if h.action == "eval"]
+    assert len(evals) == 6 and sum(h.reason.startswith("partial") for h in evals) == 3
+    [promoted] = [h for h in svc.store.release_history(WF) if h.action == "promote"]
+    assert promoted.data["manifest_hash"] == Manifest.parse(manifest("rel-a")).content_hash()
+
+
+def test_a_release_pins_every_version_its_manifest_names(
+    svc: ReleaseService, harness: Harness
+) -> None:
+    data = {**manifest("rel-p"), "policy_bundle": "POL-REF-004@4"}
+    data["rollout"] = {"flags": {"auto_execute_under_minor": 5000}}
+    svc.create(data, "alice")
+    svc.store.set_tenant_release("t-p", WF, actor="ops", release_id="rel-p")
+    pinned = submit(harness, "t-p", "k-p").pinned
+    assert pinned["policy"] == "POL-REF-004@4"
+    assert pinned["tools"] == {"refunds.create": "2"}
+    assert pinned["flags"] == {"auto_execute_under_minor": 5000}
+    assert pinned["retrieval_index"] == "policy-kb@2026-03-10"
 
 
 def test_rollback_changes_new_tasks_and_leaves_in_flight_ones_pinned(

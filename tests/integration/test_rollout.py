@@ -59,7 +59,7 @@ def catalog() -> Catalog:
         prompts=frozenset({"refund-v7"}),
         tools={k: frozenset({v}) for k, v in RefundWorkflow().pinned()["tools"].items()},
         policies=frozenset({"POL-REF-004@4"}),
-        suites=frozenset({"golden-refund@1"}),
+        suites=frozenset({"golden-refund@2"}),
     )
 
 

@@ -36,6 +36,7 @@ def seen(**kw: Any) -> Observed:
         "sent_refunds": [GOOD_ARGS],
         "foreign_touched": [],
         "leaked": [],
+        "granted": 1,
         "cost_inr": 1.5,
         "latency_s": 2.0,
     }
@@ -154,7 +155,7 @@ CATALOG = Catalog(
     prompts=frozenset({"refund-v7"}),
     tools={"refunds.create": frozenset({"2"})},
     policies=frozenset({"POL-REF-004@4"}),
-    suites=frozenset({"golden-refund@1"}),
+    suites=frozenset({"golden-refund@2"}),
 )
 SEED_MANIFEST = {
     "release_id": "rel-2026-03-14-a",
@@ -164,8 +165,8 @@ SEED_MANIFEST = {
     "workflow": "refund_resolution@3",
     "policy_bundle": "POL-REF-004@4",
     "retrieval_index": "policy-kb@2026-03-10",
-    "eval_suite": "golden-refund@1",
-    "rollout": {"mode": "canary", "traffic_percent": 5, "flags": {"auto_execute_under_minor": 0}},
+    "eval_suite": "golden-refund@2",
+    "rollout": {"flags": {"auto_execute_under_minor": 0}},
 }
 
 

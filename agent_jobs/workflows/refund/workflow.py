@@ -161,13 +161,13 @@ class RefundWorkflow:
         return phases.decide(self.services, inp)
 
     def authorize(self, inp: wf.StepInput, action: Action) -> wf.Authorization:
-        bundle = get_bundle(CURRENT)
+        bundle = get_bundle(policy_version(inp.pinned))
         if action.tool_version != (inp.pinned.get("tools") or {}).get(action.tool):
             return wf.Authorization("deny", bundle.version, "tool_version_not_pinned")
         decision = bundle.evaluate(
             ProposedCall.from_action(action),
             st.ledger_facts(inp.state),
-            autonomy_minor=autonomy_threshold_minor(inp.tenant_id),
+            autonomy_minor=autonomy_minor(inp.pinned, autonomy_threshold_minor(inp.tenant_id)),
         )
         if isinstance(decision, NeedsApproval):
             return wf.Authorization(
@@ -190,7 +190,10 @@ class RefundWorkflow:
             # The hash the gate (and any grant) was given, not one recomputed from these args:
             # arguments changed since then make the executor refuse the call.
             action_hash=str(recorded["action_hash"]),
-            policy_version=str((runtime.get("last_policy") or {}).get("policy_version") or CURRENT),
+            policy_version=str(
+                (runtime.get("last_policy") or {}).get("policy_version")
+                or policy_version(inp.pinned)
+            ),
             approval_id=runtime.get("approval_id"),
         )
         outcome = run_one(self.services, inp, call, STEP_EXECUTE, self._request_id(inp))
@@ -282,6 +285,29 @@ class RefundWorkflow:
             )
         state.update(redrafts=int(state.get("redrafts") or 0) + 1, draft=None, phase="draft")
         return wf.Redraft(", ".join(failures), state)
+
+
+def policy_version(pinned: Mapping[str, Any]) -> str:
+    """The bundle a task decides under: its release's (pinned with the release, so a task keeps
+    the policy its release was evaluated with), else the current one. A task without a release
+    records the version in force at its start but is decided at the current version: acting
+    under a rescinded rule is worse than being inconsistent."""
+    if pinned.get("release") and pinned.get("policy"):
+        return str(pinned["policy"])
+    return CURRENT
+
+
+def autonomy_minor(pinned: Mapping[str, Any], operator: int | None) -> int | None:
+    """What may execute without a person: the lower of the operator's switch (an incident sets
+    it to 0) and the task's release flag `auto_execute_under_minor` (0: every refund asks). A
+    task without a release has only the operator's; the bundle's own threshold applies in all
+    cases, since the bundle never lets an autonomy cap raise it."""
+    caps = [operator] if operator is not None else []
+    if pinned.get("release"):
+        flag = (pinned.get("flags") or {}).get("auto_execute_under_minor", 0)
+        # Not an int (a stored row edited by hand, a bool): fail closed, every refund asks.
+        caps.append(flag if isinstance(flag, int) and not isinstance(flag, bool) else 0)
+    return min(caps) if caps else None
 
 
 def _missing_claims(state: dict[str, Any], claims: list[Any]) -> list[str]:
