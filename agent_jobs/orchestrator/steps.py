@@ -80,6 +80,19 @@ class Session:
     def inp(self) -> wf.StepInput:
         return self._input(deep_copy)
 
+    def execute_input(self, action: Action) -> wf.StepInput:
+        """The input of `execute`: with the decision the intent just committed rests on (the
+        policy version recorded at the decision, the grant consumed with the intent)."""
+        rt = self.lease.task.state.get("runtime") or {}
+        policy = (rt.get("last_policy") or {}).get("policy_version")
+        approval_id = rt.get("approval_id")
+        decision = wf.EffectDecision(
+            action_hash=action.action_hash,
+            policy_version=str(policy or ""),
+            approval_id=str(approval_id) if approval_id else None,
+        )
+        return replace(self.inp(), decision=decision)
+
     def _input(self, take: Callable[[Any], Any]) -> wf.StepInput:
         t = self.lease.task
         return wf.StepInput(
@@ -453,7 +466,7 @@ class Steps:
         """Commit the intent (keeping the lease), then call the tool, then report the outcome."""
         s.lease = s.commit_keep(intent)
         try:
-            outcome = s.workflow.execute(s.inp(), action)
+            outcome = s.workflow.execute(s.execute_input(action), action)
         except Exception as exc:  # we cannot know whether the request left: unknown, not failed
             log.exception("execute raised for %s", s.task.id)
             outcome = wf.EffectUnknown(f"execute raised {type(exc).__name__}: {exc}")

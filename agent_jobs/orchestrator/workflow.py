@@ -43,6 +43,23 @@ RESUME_KINDS = frozenset(
 
 
 @dataclass(frozen=True)
+class EffectDecision:
+    """The decision an effect rests on, as the orchestrator recorded it with the intent: given
+    to `execute` (as `StepInput.decision`) so that the call can carry it to the tool executor
+    (`tools.PolicyStamp`), which refuses a write whose arguments no longer hash to
+    `action_hash`. `approval_id` names the grant consumed with the intent (None: policy
+    allowed it without a person)."""
+
+    action_hash: str
+    policy_version: str
+    approval_id: str | None = None
+
+    @property
+    def kind(self) -> Literal["allow", "approved"]:
+        return "approved" if self.approval_id else "allow"
+
+
+@dataclass(frozen=True)
 class StepInput:
     """Everything a hook may read about the task. `state` is a copy: return a new one."""
 
@@ -62,6 +79,8 @@ class StepInput:
     # Why the task is back in RUNNING (None on its first decision): read this, not the
     # orchestrator's own bookkeeping in `state["runtime"]`.
     resumed: Resumed | None = None
+    # Set for `execute` only: the policy decision (and grant) the effect rests on.
+    decision: EffectDecision | None = None
 
 
 # -- decide (RUNNING) ----------------------------------------------------------------------------
@@ -241,7 +260,8 @@ class Workflow(Protocol):
         ...
 
     def execute(self, inp: StepInput, action: Action) -> EffectOutcome:
-        """Perform the side effect with `action.idempotency_key`. Never retry inside."""
+        """Perform the side effect with `action.idempotency_key`. Never retry inside.
+        `inp.decision` holds the policy decision and grant it rests on."""
         ...
 
     def reconcile(self, inp: StepInput, action: Action) -> ReconcileResult:

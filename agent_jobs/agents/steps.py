@@ -1,0 +1,336 @@
+"""The generic tool-calling step: an `Agent`'s workflow hooks.
+
+`decide` (RUNNING): one bounded model call offering the step's own tools. Reads it proposes run
+through the tool executor at once (their results become facts and `tool` messages); an effect,
+proposed alone, becomes the orchestrator's `Act` (policy, approval, intent, execute); a final
+draft goes to the verifier. What the orchestrator tells the task on resuming (a denial, a
+rejection, the verifier's refusal) is told to the model once, as a note.
+
+`execute` sends the effect through the executor with the stamp of the decision it rests on
+(`StepInput.decision`); `reconcile` asks the effect's lookup by key; `verify` checks the draft's
+claims against the facts. Tool calls leave `execute_tool <name>` events; model calls, `chat`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from agent_jobs.agents.claims import check_claims
+from agent_jobs.agents.declare import EXECUTE, RECONCILE, REPLY, WORK, found_of
+from agent_jobs.agents.facts import Facts, record
+from agent_jobs.agents.model import Asked, ask, usage
+from agent_jobs.agents.policy import Call
+from agent_jobs.core.contracts import Action
+from agent_jobs.core.errors import InvalidInput
+from agent_jobs.core.hashing import derive_idempotency_key
+from agent_jobs.core.text import cut
+from agent_jobs.orchestrator import workflow as wf
+from agent_jobs.tools import (
+    ExecContext,
+    Ok,
+    Outcome,
+    PolicyStamp,
+    Rejected,
+    Throttled,
+    ToolCall,
+    ToolExecutor,
+)
+from agent_jobs.workflows.refund.toolcalls import BufferedAudit
+
+if TYPE_CHECKING:
+    from agent_jobs.agents.agent import Agent
+
+MAX_TRANSCRIPT = 60
+NOTE_CHARS = 500
+
+
+def request_id(task_key: str) -> str:
+    """The task's own idempotency key as a key field (`{request_id}` in a key template)."""
+    return re.sub(r"[^A-Za-z0-9_.:@/-]", "_", task_key)[:120] or "_"
+
+
+def initial_state(data: dict[str, Any], task_key: str) -> dict[str, Any]:
+    return {
+        "input": data,
+        "request_id": request_id(task_key),
+        "step": WORK,
+        "model_calls": {},
+        "transcript": [],
+        "facts": {},
+        "draft": None,
+        "redrafts": 0,
+        "resumed_seen": None,
+    }
+
+
+def _say(state: dict[str, Any], entry: dict[str, Any]) -> None:
+    state["transcript"] = [*(state.get("transcript") or []), entry][-MAX_TRANSCRIPT:]
+
+
+def _note(state: dict[str, Any], text: str) -> None:
+    _say(state, {"role": "note", "note": cut(text, NOTE_CHARS)})
+
+
+_TOLD = {
+    "policy_denied": "Policy denied {tool}: {reason}",
+    "approval_denied": "A person denied the proposed {tool}.",
+    "approval_expired": "Nobody approved {tool} in time.",
+    "approval_invalid": "The approval of {tool} is no longer valid: {reason}",
+    "approval_expired_before_retry": "The approval of {tool} expired before it could be retried.",
+    "effect_rejected": "The system refused {tool}: {code} {reason}",
+    "redraft": "The verifier refused the draft: {reason}. Draft again, claiming only facts.",
+}
+
+
+def _absorb(inp: wf.StepInput, state: dict[str, Any]) -> None:
+    """Tell the model, once, why the task is back (the last note repeats until a new one)."""
+    r = inp.resumed
+    if r is None or r.kind not in _TOLD:
+        return
+    seen = json.dumps([r.kind, r.reason, r.code, dict(r.detail)], sort_keys=True, default=str)
+    if state.get("resumed_seen") == seen:
+        return
+    state["resumed_seen"] = seen
+    tool = str(r.detail.get("tool") or "the effect")
+    _note(state, _TOLD[r.kind].format(tool=tool, reason=r.reason, code=r.code))
+    if r.kind == "redraft":
+        state["draft"] = None
+
+
+def _executor(agent: Agent) -> tuple[ToolExecutor, BufferedAudit]:
+    from agent_jobs.obs.metrics import MetricsAuditSink  # noqa: PLC0415 - prometheus mode first
+
+    audit = BufferedAudit()
+
+    def is_write(tool: str) -> bool:
+        d = agent.tools.get(tool)
+        return True if d is None else d.is_write
+
+    sink = MetricsAuditSink(audit, is_write, agent.services.observer)
+    return ToolExecutor(agent.tools, agent.services.credentials, sink), audit
+
+
+def run_call(agent: Agent, inp: wf.StepInput, call: ToolCall, scope: str) -> Outcome:
+    """One call through the executor, audited into the task's events."""
+    executor, audit = _executor(agent)
+    ctx = ExecContext(
+        tenant_id=inp.tenant_id,
+        task_id=inp.task_id,
+        trace_id=inp.trace_id,
+        step_scope=scope,
+        request_id=str(inp.state.get("request_id") or request_id(inp.idempotency_key)),
+    )
+    outcome = executor.execute(call, ctx)
+    audit.flush(inp, scope)
+    return outcome
+
+
+# -- decide ------------------------------------------------------------------------------------
+
+
+def decide(agent: Agent, inp: wf.StepInput) -> wf.StepDecision:
+    state = dict(inp.state)
+    _absorb(inp, state)
+    if inp.pinned.get("prompt") != agent.prompt_version:
+        return wf.Fail(f"task pinned to prompt {inp.pinned.get('prompt')!r}; this worker "
+                       f"ships {agent.prompt_version}", state)  # fmt: skip
+    step = str(state.get("step") or WORK)
+    calls = dict(state.get("model_calls") or {})
+    if calls.get(step, 0) >= agent.max_model_calls:
+        return wf.Escalate(f"the model made no progress in {agent.max_model_calls} calls ({step})")
+    calls[step] = calls.get(step, 0) + 1
+    state["model_calls"] = calls
+    tools = agent.offered(step, inp.tenant_id)
+    asked = ask(
+        agent.services.gateway,
+        inp,
+        state,
+        route=str(inp.pinned.get("model_route") or agent.model_route),
+        prompt=agent.prompt,
+        step=step,
+        tools=tools,
+        schema=agent.output_schema,
+        observer=agent.services.observer,
+    )
+    if not isinstance(asked, Asked):
+        return asked
+    state, proposal = asked.state, asked.proposal
+    _say(state, {"role": "assistant", "proposal": proposal})
+    if proposal.get("kind") == "final_draft":
+        state["draft"] = proposal["draft"]
+        return wf.ToVerify(state)
+    return _tool_calls(
+        agent, inp, state, list(proposal.get("calls") or []), {d.name for d in tools}
+    )
+
+
+def _tool_calls(
+    agent: Agent, inp: wf.StepInput, state: dict[str, Any], calls: list[Any], offered: set[str]
+) -> wf.StepDecision:
+    refused = [str(c["tool"]) for c in calls if c["tool"] not in offered]
+    if refused:
+        _note(state, f"Not available in this step: {', '.join(refused)[:200]}. Offered: "
+                     f"{', '.join(sorted(offered))[:300]}.")  # fmt: skip
+        return wf.Observe(state, note="tool not offered")
+    effects = [c for c in calls if c["tool"] in agent.effects]
+    if effects:
+        if len(calls) > 1:
+            _note(state, "Propose an effect alone, in a call of its own, after its reads.")
+            return wf.Observe(state, note="effect not alone")
+        return _act(agent, inp, state, effects[0])
+    step = str(state.get("step") or WORK)
+    for c in calls:
+        args = dict(c.get("args") or {})
+        outcome = run_call(agent, inp, ToolCall(tool=str(c["tool"]), args=args), step)
+        if isinstance(outcome, Ok):
+            record(state, "reads", {"tool": c["tool"], "args": args, "result": outcome.result})
+            _say(state, {"role": "tool", "tool": c["tool"], "result": outcome.result})
+        elif isinstance(outcome, Throttled):
+            return wf.Retry(f"{c['tool']} throttled", state, outcome.retry_after_s)
+        elif isinstance(outcome, Rejected) and outcome.transient:
+            return wf.Retry(f"{c['tool']}: {outcome.code}", state)
+        else:
+            code = getattr(outcome, "code", outcome.kind)
+            _say(state, {"role": "tool", "tool": c["tool"], "result": {"error": code,
+                         "message": cut(getattr(outcome, "message", ""), NOTE_CHARS)}})  # fmt: skip
+    return wf.Observe(state, note="read " + ", ".join(sorted({str(c["tool"]) for c in calls})))
+
+
+def _act(
+    agent: Agent, inp: wf.StepInput, state: dict[str, Any], call: dict[str, Any]
+) -> wf.StepDecision:
+    d = agent.tools.get(str(call["tool"]))
+    assert d is not None and d.idempotency_key_template is not None  # effects are keyed
+    args = dict(call.get("args") or {})
+    errors = d.validate_args(args)
+    if errors:
+        _note(state, f"{d.name} arguments refused: {'; '.join(errors)}")
+        return wf.Observe(state, note="effect arguments refused")
+    trusted = {
+        "tenant_id": inp.tenant_id,
+        "task_id": inp.task_id,
+        "request_id": str(state.get("request_id")),
+    }
+    try:
+        key = derive_idempotency_key(d.idempotency_key_template, {**args, **trusted})
+    except InvalidInput as exc:
+        _note(state, f"{d.name} arguments cannot make its key: {exc}")
+        return wf.Observe(state, note="effect key refused")
+    action = Action(tool=d.name, tool_version=d.version, args=args, idempotency_key=key)
+    return wf.Act(action, state)
+
+
+# -- authorize, execute, reconcile, after_effect ---------------------------------------------------
+
+
+def authorize(agent: Agent, inp: wf.StepInput, action: Action) -> wf.Authorization:
+    policy = agent.policy
+    d = agent.tools.get(action.tool)
+    pinned = (inp.pinned.get("tools") or {}).get(action.tool)
+    if d is None or action.tool not in agent.effects:
+        return wf.Authorization("deny", policy.version, "unknown_tool")
+    if action.tool_version != d.version or (pinned is not None and pinned != d.version):
+        return wf.Authorization("deny", policy.version, "tool_version_not_pinned")
+    said = policy.evaluate(
+        Call(action.tool, action.args), Facts.of(inp.state), frozenset(agent.effects)
+    )
+    return wf.Authorization(said.kind, policy.version, said.reason, policy.approval_ttl_s)
+
+
+def execute(agent: Agent, inp: wf.StepInput, action: Action) -> wf.EffectOutcome:
+    decision = inp.decision
+    if decision is None:
+        return wf.EffectRejected("no_recorded_decision", "no policy decision was recorded")
+    call = ToolCall(
+        tool=action.tool,
+        args=action.args,
+        idempotency_key=action.idempotency_key,
+        policy_decision=PolicyStamp(
+            decision=decision.kind,
+            action_hash=decision.action_hash,
+            policy_version=decision.policy_version,
+            approval_id=decision.approval_id,
+        ),
+    )
+    outcome = run_call(agent, inp, call, EXECUTE)
+    if isinstance(outcome, Ok):
+        return wf.EffectApplied({"result": outcome.result, "found_by": "call"})
+    if isinstance(outcome, Rejected) and not outcome.transient:
+        return wf.EffectRejected(outcome.code, outcome.message)
+    if isinstance(outcome, Throttled):
+        return wf.EffectThrottled(
+            outcome.retry_after_s, outcome.code, by_operator=outcome.by_operator
+        )
+    # A transient refusal applied nothing, but "unknown" looks it up and retries with the same
+    # key and grant, where a rejection would re-plan and ask a person again.
+    reason = outcome.reason if outcome.kind == "unknown" else outcome.code
+    return wf.EffectUnknown(cut(f"{reason}: {outcome.message}", 200))
+
+
+def reconcile(agent: Agent, inp: wf.StepInput, action: Action) -> wf.ReconcileResult:
+    effect = agent.effects.get(action.tool)
+    if effect is None:
+        return wf.LookupFailed("unknown_effect")
+    call = ToolCall(tool=effect.lookup, args={effect.lookup_arg: action.idempotency_key})
+    outcome = run_call(agent, inp, call, RECONCILE)
+    if isinstance(outcome, Rejected) and outcome.code in ("http_404", "not_found"):
+        return wf.NoEffect()
+    if not isinstance(outcome, Ok):
+        return wf.LookupFailed(getattr(outcome, "code", outcome.kind))
+    found = found_of(outcome.result)
+    if found is None:
+        return wf.NoEffect()
+    differs = sorted(k for k, v in action.args.items() if k in found and found[k] != v)
+    if differs:
+        return wf.Different(f"the effect under the key differs in {', '.join(differs)[:200]}")
+    return wf.Found({"result": found, "found_by": "idempotency_key"})
+
+
+def after_effect(
+    agent: Agent, inp: wf.StepInput, action: Action, result: dict[str, Any]
+) -> wf.AfterEffect:
+    state = dict(inp.state)
+    done = result.get("result")
+    record(state, "effects", {"tool": action.tool, "args": dict(action.args),
+                              "idempotency_key": action.idempotency_key, "result": done,
+                              "found_by": result.get("found_by")})  # fmt: skip
+    _say(state, {"role": "tool", "tool": action.tool, "result": done})
+    # Then the reply, with reads only: no second effect can be proposed after this one.
+    state["step"] = REPLY
+    return wf.AfterEffect(state, verify=False)
+
+
+# -- verify ------------------------------------------------------------------------------------
+
+
+def verify(agent: Agent, inp: wf.StepInput) -> wf.Verdict:
+    state = dict(inp.state)
+    draft = state.get("draft") or {}
+    facts = Facts.of(state)
+    claims, failures = check_claims(agent.claims, draft.get("claims") or [], facts)
+    if failures:
+        record_failure = {"role": "note", "note": "verifier: " + ", ".join(failures)}
+        _say(state, record_failure)
+        if int(state.get("redrafts") or 0) >= agent.max_redrafts:
+            return wf.Escalate("the reply failed verification: " + ", ".join(failures), state)
+        state["redrafts"] = int(state.get("redrafts") or 0) + 1
+        state["draft"] = None
+        return wf.Redraft(", ".join(failures), state)
+    return wf.Complete(
+        {
+            "verified": True,
+            "reply": str(draft.get("text") or ""),
+            "claims": [{"type": c.claim_type(), **c.model_dump(mode="json")} for c in claims],
+            "effects": [_done(e) for e in facts.effects],
+            "model_calls": usage(state).calls,
+            "model_cost_inr": str(usage(state).cost),
+        },
+        state,
+    )
+
+
+def _done(effect: Any) -> dict[str, Any]:
+    reconciled = effect.get("found_by") == "idempotency_key"
+    return {"tool": effect["tool"], "result": effect["result"], "reconciled": reconciled}

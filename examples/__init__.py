@@ -1,0 +1,1 @@
+"""Runnable examples of agents written on `agent_jobs.agents` (see each one's README)."""
