@@ -7,7 +7,9 @@ STAMP := $(VENV)/.installed-stamp
 # Benchmarks and `make run` use real services; override on the command line if yours differ.
 PG_URL ?= postgresql://postgres@127.0.0.1:5432
 REDIS_URL ?= redis://127.0.0.1:6379
-BENCH_ENV := AGENT_JOBS_DATABASE_URL=$(PG_URL)/agent_jobs_bench AGENT_JOBS_BROKER_URL=$(REDIS_URL)/5
+# The benchmarks' workers sign tool credentials too: the same tool secret as the services'.
+BENCH_ENV = AGENT_JOBS_DATABASE_URL=$(PG_URL)/agent_jobs_bench AGENT_JOBS_BROKER_URL=$(REDIS_URL)/5 \
+	AGENT_JOBS_TOOL_SECRET="$${AGENT_JOBS_TOOL_SECRET:-$$(cat $(TOOL_SECRET_FILE))}"
 
 # `make sim / api / worker / beat / flower` run the real thing on local Postgres and Redis.
 # The secrets are yours: AGENT_JOBS_JWT_SECRET / AGENT_JOBS_TOOL_SECRET if exported, else ones
@@ -73,17 +75,17 @@ format: $(STAMP)
 
 bench: bench-transitions bench-fairness bench-sweep
 
-bench-transitions: $(STAMP)
+bench-transitions: $(STAMP) $(TOOL_SECRET_FILE)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench transitions --tasks 20 --steps 200
 
-bench-fairness: $(STAMP)
+bench-fairness: $(STAMP) $(TOOL_SECRET_FILE)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench fairness --tenants 20 --backlog 2000
 
-bench-sweep: $(STAMP)
+bench-sweep: $(STAMP) $(TOOL_SECRET_FILE)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench sweep --rows 1000000
 
 # the three of the scale issue, one after the other in one session
-bench-scale: $(STAMP)
+bench-scale: $(STAMP) $(TOOL_SECRET_FILE)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench fairness --tenants 1000 --active 50
 	$(BENCH_ENV) $(BIN)/agent-jobs bench noisy
 	$(BENCH_ENV) $(BIN)/agent-jobs bench cost-fairness
@@ -93,19 +95,19 @@ bench-scale: $(STAMP)
 # empty database (seeds 2.8 GB once, minutes; kept for the next run)
 bench-cost: bench-peers bench-platform bench-recovery bench-history
 
-bench-peers: $(STAMP)
+bench-peers: $(STAMP) $(TOOL_SECRET_FILE)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench peers
 
-bench-platform: $(STAMP)
+bench-platform: $(STAMP) $(TOOL_SECRET_FILE)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench platform --tasks 30
 
-bench-recovery: $(STAMP)
+bench-recovery: $(STAMP) $(TOOL_SECRET_FILE)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench recovery
 
-bench-history: $(STAMP)
+bench-history: $(STAMP) $(TOOL_SECRET_FILE)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench history
 
-chaos: $(STAMP)
+chaos: $(STAMP) $(TOOL_SECRET_FILE)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench chaos --tasks 300
 
 $(VENV)/%-secret: | $(STAMP)
