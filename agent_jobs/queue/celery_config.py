@@ -29,7 +29,13 @@ def celery_settings(cfg: Settings) -> dict[str, Any]:
     control, submit = control_queue(prefix), submit_queue(prefix)
     return {
         "broker_url": cfg.broker_url,
+        # A worker never exits because the broker went away: it reconnects, at start and after
+        # a loss, for as long as it takes (Celery's default gives up after 100 attempts), and a
+        # channel error (Redis answering LOADING while it restarts) is treated the same way.
         "broker_connection_retry_on_startup": True,
+        "broker_connection_retry": True,
+        "broker_connection_max_retries": None,
+        "broker_channel_error_retry": True,
         "broker_transport_options": {
             # One priority step: kombu's Redis transport otherwise BRPOPs four keys per queue.
             "priority_steps": [0],

@@ -45,9 +45,25 @@ class TenantQueues(bootsteps.StartStopStep):  # type: ignore[misc]
     def start(self, c: Any) -> None:
         runtime = get_runtime()
         self._sync(c, from_db=True)
+        self._redispatch(runtime)
         self._tref = c.timer.call_repeatedly(
             runtime.settings.queue_sync_interval_s, self._sync, (c,), priority=10
         )
+
+    @staticmethod
+    def _redispatch(runtime: Runtime) -> None:
+        """At every (re)connection to the broker, one pass of the dispatch sweeper. After a Redis
+        restarted empty (its sentinel gone) that pass re-dispatches every waiting task at once,
+        instead of at beat's next sweep: beat reconnects on a backoff of its own (2, 4, 6 ...
+        up to 30 s) and then waits for the sweep's turn. Otherwise it is the sweeper's ordinary
+        pass, idempotent and safe beside beat's."""
+        try:
+            moved = runtime.sweepers.dispatch()
+        except Exception:
+            log.warning("dispatch sweep on connecting failed; beat's go on", exc_info=True)
+            return
+        if moved:
+            log.warning("re-dispatched %d task(s) on connecting to the broker", moved)
 
     def stop(self, c: Any) -> None:
         if self._tref is not None:

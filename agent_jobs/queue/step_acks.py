@@ -62,10 +62,24 @@ class StepQoS(_RedisQoS):  # type: ignore[misc]
             return
         super().append(message, delivery_tag)
 
+    def _gone(self) -> bool:
+        """The channel was closed with its connection (the broker went away). A late-acked task
+        that finishes after the worker reconnected acks through the channel it came from; kombu
+        would rebuild that channel's pool from a transport whose client is gone and raise
+        AttributeError, which Celery's ack handler (it expects connection errors) does not catch:
+        "Unrecoverable error", and the worker stopped."""
+        channel = self.channel
+        return bool(getattr(channel, "closed", False)) or getattr(channel, "connection", 1) is None
+
     def ack(self, delivery_tag: Any) -> None:
         if delivery_tag in self._in_memory:
             self._in_memory.discard(delivery_tag)
             _MemoryQoS.ack(self, delivery_tag)
+            return
+        if self._gone():
+            # Put back at the close, or still in the unacked hash (restored after the
+            # visibility timeout): delivered again, as Celery's late acks allow.
+            log.info("not acking %s: its channel closed with the broker connection", delivery_tag)
             return
         super().ack(delivery_tag)
 
@@ -76,11 +90,26 @@ class StepQoS(_RedisQoS):  # type: ignore[misc]
                 self._put_back(self._delivered[delivery_tag], leftmost=True)
             _MemoryQoS.ack(self, delivery_tag)
             return
+        if self._gone():
+            log.info("not rejecting %s: its channel closed with the broker", delivery_tag)
+            return
         super().reject(delivery_tag, requeue=requeue)
 
     def restore_unacked(self, client: Any = None) -> None:
-        # A warm shutdown: what is in memory goes back to its queue from memory.
-        self._flush()
+        """Put back what this channel delivered and nobody acked: at a warm shutdown, and when
+        the consumer closes a connection the broker dropped. It never raises. kombu runs it
+        inside the channel's close, and by then the broker may be gone (a `ConnectionError`)
+        or the connection already collected: the transport's `client` is None and making the
+        pool again raised `AttributeError: 'NoneType' object has no attribute 'hostname'`,
+        which escaped Celery's reconnect handler (it expects only connection errors) and shut
+        the worker down. What cannot be put back is not lost: a step's dispatch is recorded
+        in its task row (the sweepers repeat it), and any other message is still in kombu's
+        unacked hash in Redis, restored after the visibility timeout."""
+        try:
+            self._flush()
+        except Exception:
+            log.warning("could not flush acks while restoring unacked messages", exc_info=True)
+        failed = 0
         for tag in list(self._in_memory):
             message = self._delivered.pop(tag, None)
             self._in_memory.discard(tag)
@@ -88,9 +117,25 @@ class StepQoS(_RedisQoS):  # type: ignore[misc]
                 try:
                     self._put_back(message, leftmost=False)
                 except Exception:
-                    # Its dispatch is recorded in the task row: the sweeper repeats it.
-                    log.warning("could not put back step message %s", tag, exc_info=True)
-        super().restore_unacked(client)
+                    failed += 1
+        if failed:
+            log.warning(
+                "could not put back %d step message(s) (the broker is away); their dispatches "
+                "are recorded and the sweepers repeat them",
+                failed,
+            )
+        try:
+            super().restore_unacked(client)
+        except Exception as exc:
+            left = len(self._delivered)
+            self._delivered.clear()
+            log.warning(
+                "could not restore %d unacked message(s) at connection close (%s: %s); they "
+                "stay in the broker's unacked hash until the visibility timeout",
+                left,
+                type(exc).__name__,
+                exc,
+            )
 
     def _put_back(self, message: Any, *, leftmost: bool) -> None:
         # Where kombu's own restore puts a message: `leftmost` behind what is waiting.
