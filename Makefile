@@ -23,7 +23,7 @@ SERVICE_ENV := AGENT_JOBS_DATABASE_URL=$(PG_URL)/agent_jobs AGENT_JOBS_BROKER_UR
 	AGENT_JOBS_TOOL_SECRET="$${AGENT_JOBS_TOOL_SECRET:-$$(cat $(TOOL_SECRET_FILE))}"
 
 .PHONY: install demo demo-example test eval lint format bench bench-transitions bench-fairness bench-sweep bench-scale \
-	bench-cost bench-peers bench-platform bench-recovery bench-history \
+	bench-cost bench-peers bench-platform bench-recovery bench-history bench-outage \
 	chaos db sim api worker beat flower token schemathesis compose-config clean help
 
 help:
@@ -36,6 +36,7 @@ help:
 	@echo "make bench-scale   scale and fairness: 1000 tenants, a noisy neighbour, cost-weighted shares"
 	@echo "make bench-cost    step cost: bench peers (Celery chain, DBOS), platform time of a refund, recovery, 10M rows of history"
 	@echo "make chaos     hundreds of tasks, workers SIGKILLed, broker flushed: lost/duplicates"
+	@echo "make bench-outage   Postgres away 10 s, Redis killed and restarted empty: how soon work moves"
 	@echo "make db        create and migrate the local database (make api does it too)"
 	@echo "make sim | api | worker | beat | flower   run the services on local Postgres and Redis"
 	@echo "make token TENANT=acme SUB=alice [ROLE=approver]   a bearer token for make api"
@@ -106,6 +107,9 @@ bench-recovery: $(STAMP) $(TOOL_SECRET_FILE)
 
 bench-history: $(STAMP) $(TOOL_SECRET_FILE)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench history
+
+bench-outage: $(STAMP) $(TOOL_SECRET_FILE)
+	$(BENCH_ENV) $(BIN)/agent-jobs bench outage
 
 chaos: $(STAMP) $(TOOL_SECRET_FILE)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench chaos --tasks 300

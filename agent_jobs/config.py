@@ -102,6 +102,19 @@ class Settings(BaseModel):
         shown="`60` (embedded `2`)",
         ge=0,
     )
+    outage_wait_s: float = _setting(
+        60.0,
+        "a step that cannot reach the database keeps its message and tries again, with backoff, "
+        "for at most this long (not counted as a failed attempt), then fails as any step; `0`: "
+        "at once, leaving the task to the sweepers",
+        ge=0,
+    )
+    outage_retry_max_s: float = _setting(
+        2.0,
+        "the longest pause between those tries: a step moves again at most this long after "
+        "the database answers",
+        gt=0,
+    )
     max_attempts: int = _setting(
         5, "consecutive failed attempts of a step before FAILED and a dead letter", ge=1
     )

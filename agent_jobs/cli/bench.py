@@ -169,6 +169,18 @@ def cmd_recovery(args: argparse.Namespace) -> int:
     return 0 if not result["lost_memory"] and not result["lost_broker"] else 1  # a task lost
 
 
+def cmd_outage(args: argparse.Namespace) -> int:
+    from agent_jobs.bench import outage  # noqa: PLC0415
+
+    scenarios = tuple(s.strip() for s in args.scenarios.split(",") if s.strip())
+    result = outage.run(
+        tasks=args.tasks, down_s=args.down, scenarios=scenarios, progress=not args.json
+    )
+    _print(result, args.json, outage.render)
+    bad = any(result[f"{s}_lost"] or result[f"{s}_duplicate_effects"] for s in scenarios)
+    return 1 if bad else 0  # a task lost or an effect applied twice
+
+
 def _guarded(command: Any) -> Any:
     """A benchmark starts worker processes in sessions of their own: on SIGTERM, unwind through
     the `finally` blocks that stop them instead of leaving them running."""
@@ -258,6 +270,7 @@ def register(sub: Any) -> None:
     _register_sweep(bsub)
     _register_history(bsub)
     _register_recovery(bsub)
+    _register_outage(bsub)
     _add_wipe(bsub)  # last: every benchmark registered above gets `--wipe`
 
 
@@ -354,3 +367,21 @@ def _register_recovery(bsub: Any) -> None:
     )
     rc.add_argument("--json", action="store_true")
     rc.set_defaults(func=_guarded(cmd_recovery))
+
+
+def _register_outage(bsub: Any) -> None:
+    o = bsub.add_parser(
+        "outage",
+        help="Postgres stopped and back, Redis killed and restarted empty: how soon work moves",
+        description="Stops a Postgres the bench owns (a TCP proxy it cuts in front of the "
+        "server) and its own redis-server (SIGKILL, restarted empty) under load, with the "
+        "default timings; prints how soon every runnable task moves again after the service "
+        "answers (median, max), tasks lost and effects applied twice.",
+    )
+    o.add_argument(
+        "--tasks", type=int, default=20, help="no-op tasks running (plus half as many payouts)"
+    )
+    o.add_argument("--down", type=float, default=10.0, help="seconds each service is away")
+    o.add_argument("--scenarios", default="postgres,redis", help="comma-separated: postgres, redis")
+    o.add_argument("--json", action="store_true")
+    o.set_defaults(func=_guarded(cmd_outage))

@@ -7,7 +7,9 @@ message being processed is redelivered if the worker dies before publishing the 
 
 from __future__ import annotations
 
+import itertools
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +22,7 @@ from agent_jobs.core.errors import ApprovalError, Deferred, StaleTransition, Unk
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import EFFECT_IN_FLIGHT, TERMINAL, Status
 from agent_jobs.orchestrator.leases import LeaseKeeper
+from agent_jobs.orchestrator.outage import StepInterrupted, backoff_s, db_unavailable
 from agent_jobs.orchestrator.ports import NullObserver, Observer, Publisher
 from agent_jobs.orchestrator.registry import WorkflowRegistry
 from agent_jobs.orchestrator.steps import Session, Steps
@@ -138,6 +141,7 @@ class Orchestrator:
         observer: Observer | None = None,
         keeper: LeaseKeeper | None = None,
         rand: Callable[[], float] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.store = store
         self.workflows = workflows
@@ -146,6 +150,11 @@ class Orchestrator:
         self.observer = observer or NullObserver()
         self.keeper = keeper or LeaseKeeper(store, settings.lease_ttl_s)
         self._local = threading.local()
+        # How `run_step_waiting` pauses between tries (tests pass a recorder) and draws jitter.
+        self._sleep = sleep
+        self._rand = rand or random.random
+        # Tries of a step that found the database unreachable (this process, all threads).
+        self.outage_retries = 0
         self.steps = Steps(store, settings, self.observer, **({"rand": rand} if rand else {}))
 
     # -- entry points used by the API, the CLI and the client -------------------------------
@@ -215,6 +224,70 @@ class Orchestrator:
 
     # -- the step ---------------------------------------------------------------------------
 
+    def run_step_waiting(
+        self, task_id: str, row: TaskRow | None = None, *, claim: bool = False
+    ) -> StepReport | None:
+        """`run_step`, riding out a database that cannot be reached (see orchestrator/outage.py).
+
+        A try that stops on an unreachable database is tried again after a pause (0.1 s
+        doubling up to `outage_retry_max_s`), from a fresh read, first giving back the lease it
+        could not release; not a failed attempt of the task. Once the pauses add up to
+        `outage_wait_s` the next try is an ordinary `run_step`: its failure is recorded and
+        counted, or, if the database is still away, raised (the message is acked and the
+        sweepers take the task over, as before). Counted in `outage_retries`."""
+        cfg = self.settings
+        waited = 0.0
+        stranded: Lease | None = None
+        for attempt in itertools.count():
+            tolerant = waited < cfg.outage_wait_s
+            try:
+                if stranded is not None:
+                    # Fenced by epoch and owner: a lease that lapsed or moved on is left alone.
+                    self.store.release(stranded)
+                    stranded = None
+                self._local.tolerant = tolerant
+                return self.run_step(task_id, row, claim=claim)
+            except StepInterrupted as exc:
+                stranded = exc.lease or stranded
+                cause: BaseException = exc.__cause__ or exc
+            except Exception as exc:
+                if not (tolerant and db_unavailable(exc)):
+                    raise
+                cause = exc
+            finally:
+                self._local.tolerant = False
+            pause = min(
+                backoff_s(attempt, cfg.outage_retry_max_s, self._rand()), cfg.outage_wait_s - waited
+            )
+            self.outage_retries += 1
+            log.warning(
+                "step for %s: the database cannot be reached (%s); try %d again in %.2f s",
+                task_id, _first_line(cause), attempt + 2, pause,
+            )  # fmt: skip
+            self._sleep(pause)
+            waited += pause
+            # After an outage the carried row and the claim hint may be stale: read afresh.
+            row, claim = None, False
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _outage(self, exc: BaseException) -> bool:
+        """Whether this step, run by `run_step_waiting` with tries left, stopped because the
+        database could not be reached: then it is tried again, not recorded as a failure."""
+        return bool(getattr(self._local, "tolerant", False)) and db_unavailable(exc)
+
+    def _interrupted(self, task_id: str, lease: Lease | None, exc: BaseException) -> Exception:
+        """The `StepInterrupted` to raise for `exc`, after trying to give `lease` back."""
+        if lease is not None:
+            self.keeper.drop(lease)
+            try:
+                self.store.release(lease)
+                lease = None
+            except Exception:
+                log.debug("could not release the lease of %s", task_id, exc_info=True)
+        interrupted = StepInterrupted(task_id, lease)
+        interrupted.__cause__ = exc
+        return interrupted
+
     def run_step(
         self, task_id: str, row: TaskRow | None = None, *, claim: bool = False
     ) -> StepReport | None:
@@ -278,6 +351,8 @@ class Orchestrator:
             # The "quick" step wanted an effect after all: rolled back; run it under a lease.
             lease = self.store.claim(task_id, owner, self.settings.lease_ttl_s)
         except Exception as exc:
+            if self._outage(exc):
+                raise self._interrupted(task_id, None, exc) from exc
             # A quick step raised (a hook, a write the database refused): rolled back. Record
             # the failed attempt under a lease, so it is counted and bounded like any other.
             log.exception("step for %s failed", task_id)
@@ -463,6 +538,8 @@ class Orchestrator:
             self.observer.held(exc.hold_for)
             return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
         except Exception as exc:
+            if self._outage(exc):
+                raise self._interrupted(task.id, session.lease, exc) from exc
             log.exception("step for %s (%s) failed", task.id, task.status)
             return self._record_failure(session, exc)
         if patch is None:
@@ -471,6 +548,8 @@ class Orchestrator:
         try:
             return self._finish(session, patch)
         except Exception as exc:
+            if self._outage(exc):
+                raise self._interrupted(task.id, session.lease, exc) from exc
             # The database refused the transition (rolled back; the lease is still ours).
             log.exception("commit for %s (%s) failed", task.id, task.status)
             return self._record_failure(session, exc)
@@ -586,3 +665,8 @@ class Orchestrator:
             self.store.append_event(task_id, type_, data)
         except Exception:  # an audit append must not turn a done effect into a failed step
             log.exception("could not append %s event to %s", type_, task_id)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

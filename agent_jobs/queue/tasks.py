@@ -18,13 +18,15 @@ log = logging.getLogger(__name__)
 def step(task_id: str, carried: Any = None) -> None:
     """Claim the task, run the step for its status, commit, publish the next step. `carried`:
     what the previous step's commit passed along, if anything: the row it left, signed
-    (queue/carried_rows.py), or `{"claim": 1}`, the hint that this step needs a lease."""
+    (queue/carried_rows.py), or `{"claim": 1}`, the hint that this step needs a lease.
+    A database that cannot be reached is waited out, the message kept, for at most
+    `AGENT_JOBS_OUTAGE_WAIT_S` (`Orchestrator.run_step_waiting`)."""
     runtime = get_runtime()
     row = None
     claim = is_claim_hint(carried)
     if carried is not None and not claim and runtime.publisher.rows is not None:
         row = runtime.publisher.rows.decode(carried, task_id)
-    runtime.orchestrator.run_step(task_id, row, claim=claim)
+    runtime.orchestrator.run_step_waiting(task_id, row, claim=claim)
 
 
 def _sweep(kind: str) -> int:
