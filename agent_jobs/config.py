@@ -10,6 +10,7 @@ variable. The README's "Configuration" table is generated from this schema
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent_jobs.core.errors import ConfigError
+from agent_jobs.core.identity import lease_owner_for
 
 PREFIX = "AGENT_JOBS_"
 EMBEDDED_DATABASE_URL = "sqlite:///agent_jobs.db"
@@ -364,7 +366,9 @@ class Settings(BaseModel):
     # -- derived values ------------------------------------------------------------------------
 
     def lease_owner(self) -> str:
-        return self.worker_id or f"{os.uname().nodename}:{os.getpid()}"
+        """This thread's lease owner: the worker's name made unique per process and thread."""
+        name = self.worker_id or f"{os.uname().nodename}:{os.getpid()}"
+        return lease_owner_for(name, os.getpid(), threading.get_native_id())
 
     @property
     def embedded(self) -> bool:

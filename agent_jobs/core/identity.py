@@ -66,3 +66,20 @@ def same_principal(a: str | None, b: str | None) -> bool:
     if a is None or b is None:
         return False
     return principal(a) == principal(b)
+
+
+# A lease owner is the worker's name (`AGENT_JOBS_WORKER_ID`, else `host:pid`) with the process
+# and thread that hold the lease: prefork children and a process's threads share the name, and
+# an owner two of them shared would let one's heartbeat or commit pass the other's fence.
+_OWNER_SUFFIX = re.compile(r"#\d+\.\d+\Z")
+_OWNER_NAME_MAX = 100  # the column holds 128: room for `#pid.thread`
+
+
+def lease_owner_for(name: str, pid: int, thread: int) -> str:
+    """The owner a lease is fenced on: unique per process and thread."""
+    return f"{name[:_OWNER_NAME_MAX]}#{pid}.{thread}"
+
+
+def worker_name(owner: str) -> str:
+    """The worker's name in an owner (`lease_owner_for`), for people: traces and timelines."""
+    return _OWNER_SUFFIX.sub("", owner)

@@ -17,6 +17,7 @@ from typing import Any
 
 from agent_jobs.config import settings
 from agent_jobs.core.contracts import EventView
+from agent_jobs.core.identity import worker_name
 from agent_jobs.core.polling import poll
 from agent_jobs.core.states import Status
 
@@ -154,4 +155,5 @@ def _detail(e: EventView) -> str:
 def reconciling(store: Any, task_id: str, owner: str) -> bool:
     """`owner` holds the task while it is in EXEC_UNKNOWN: the lookup by key is under way."""
     task = store.get(task_id)
-    return bool(task.status is Status.EXEC_UNKNOWN and task.lease_owner == owner)
+    held_by = worker_name(task.lease_owner) if task.lease_owner else None
+    return bool(task.status is Status.EXEC_UNKNOWN and held_by == owner)

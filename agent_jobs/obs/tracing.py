@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from agent_jobs.core.contracts import EventView
+from agent_jobs.core.identity import worker_name
 from agent_jobs.core.states import TERMINAL, Status
 from agent_jobs.verify.redact import PII
 
@@ -197,17 +198,19 @@ def _workers(events: Sequence[EventView]) -> dict[int, str]:
     pending: list[int] = []
     for e in events:
         by = e.data.get("by")
+        if by:
+            by = worker_name(str(by))
         if e.type == "lease_expired":
             owner = e.data.get("owner")
             for seq in pending if owner else ():
-                out[seq] = str(owner)
+                out[seq] = worker_name(str(owner))
             pending = []
         if by and by != _SWEEPER and e.type != "lease_expired":
             for seq in pending:
-                out[seq] = str(by)
+                out[seq] = by
             pending = []
         if by:
-            out[e.seq] = str(by)
+            out[e.seq] = by
         elif e.to_status is None and e.type not in _APPROVAL_DECISIONS:
             pending.append(e.seq)
     return out
@@ -420,7 +423,8 @@ class _Builder:
             attrs["to"] = e.to_status.value
         self.worker(attrs, e)
         if e.type == "lease_expired":
-            _put(attrs, "lease.owner", e.data.get("owner"))
+            owner = e.data.get("owner")
+            _put(attrs, "lease.owner", worker_name(str(owner)) if owner else owner)
         if e.to_status in _FAILING:
             _put(attrs, "reason.class", _error_type(e.data.get("reason")))
         if e.type in _APPROVAL_DECISIONS and e.data.get("approver"):
