@@ -24,9 +24,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped,unused-ignore]
 
 from agent_jobs import __version__
-from agent_jobs.api import approvals, console_api, operator, ops, tasks
+from agent_jobs.api import approvals, console_api, operator, ops, releases, tasks
 from agent_jobs.api.admission import build_admission
 from agent_jobs.api.auth import TokenVerifier
+from agent_jobs.api.deadline import Deadline
 from agent_jobs.api.deps import ApiRuntime, ApiState
 from agent_jobs.api.errors import error_response, install_handlers
 from agent_jobs.api.intake import Intake
@@ -296,7 +297,10 @@ def create_app(runtime: ApiRuntime | None = None, settings: Settings | None = No
     app.include_router(console_api.router)
     install_console(app)
     app.include_router(operator.router)
+    app.include_router(releases.router)
     # The middleware added last is the outermost: metrics see every response, 413s included.
+    # Innermost of the three: the deadline's 503 is counted and timed like any answer.
+    app.add_middleware(Deadline, seconds=cfg.api_request_timeout_s)
     app.add_middleware(BodyLimit, limit=cfg.api_max_body_bytes)
     app.add_middleware(RequestMetrics)
     install_openapi(app, runtime.workflows.names(), cfg.api_max_body_bytes)

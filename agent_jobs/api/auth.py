@@ -31,6 +31,8 @@ from agent_jobs.core.identity import check_subject, check_tenant_id
 log = logging.getLogger(__name__)
 
 APPROVER = "approver"
+# Changes what every tenant's new tasks run (`/v1/releases/{id}/promote`, `/rollback`).
+RELEASE_MANAGER = "release_manager"
 _MAX_TOKEN_CHARS = 8192
 _TIME_CLAIMS = ("exp", "nbf", "iat")
 

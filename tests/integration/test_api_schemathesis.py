@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
+from tests.conftest import _truncate
 from tests.integration.api_env import HarnessApi, harness_api, serve, token
 
 pytestmark = pytest.mark.postgres
@@ -36,29 +37,41 @@ BOUNDED = {
 @pytest.fixture
 def live(
     pg_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[Any, str]]:
+) -> Iterator[tuple[Any, str, Any]]:
     import schemathesis
     from schemathesis.config import SchemathesisConfig
 
     api: HarnessApi = harness_api(pg_store, tmp_path / "ledger.db")
     tok = token(api.cfg, "st", "schemathesis", roles=("approver",))
     monkeypatch.setenv("SCHEMATHESIS_TOKEN", tok)
-    # Something for the approval links to act on: one task waiting for an approval.
     requester = token(api.cfg, "st", "svc")
-    api.client.post(
-        "/v1/tasks",
-        json={"workflow": "example@1", "input": {"account": "a1", "amount_minor": 150_000}},
-        headers={"Authorization": f"Bearer {requester}", "Idempotency-Key": "seed"},
-    )
-    api.harness.run_until_idle()
+
+    def seed() -> None:
+        """Something for the approval links to act on: one task waiting for an approval."""
+        api.client.post(
+            "/v1/tasks",
+            json={"workflow": "example@1", "input": {"account": "a1", "amount_minor": 150_000}},
+            headers={"Authorization": f"Bearer {requester}", "Idempotency-Key": "seed"},
+        )
+        api.harness.run_until_idle()
+
+    def reset() -> None:
+        """Each stateful scenario starts from the same state. Otherwise what one scenario did
+        (a cancel, a decision) changes which links the next can follow, and Hypothesis, seeing
+        the same choices lead elsewhere, fails the run as flaky generation."""
+        api.harness.publisher.queue.clear()
+        _truncate(pg_store)
+        seed()
+
+    seed()
     with serve(api.app) as base:
         config = SchemathesisConfig.from_path(str(CONFIG))
         schema = schemathesis.openapi.from_url(f"{base}/openapi.json", config=config)
-        yield schema, tok
+        yield schema, tok, reset
 
 
-def test_every_operation_with_generated_data(live: tuple[Any, str]) -> None:
-    schema, tok = live
+def test_every_operation_with_generated_data(live: tuple[Any, str, Any]) -> None:
+    schema, tok, _ = live
     headers = {"Authorization": f"Bearer {tok}"}
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 9  # every route of the document, ops included
@@ -82,11 +95,14 @@ def test_every_operation_with_generated_data(live: tuple[Any, str]) -> None:
     assert checked >= len(operations) + 5  # every operation, most also with invalid data
 
 
-def test_stateful_scenarios_follow_the_links(live: tuple[Any, str]) -> None:
-    schema, tok = live
+def test_stateful_scenarios_follow_the_links(live: tuple[Any, str, Any]) -> None:
+    schema, tok, reset = live
     headers = {"Authorization": f"Bearer {tok}"}
 
     class Workflow(schema.as_state_machine()):  # type: ignore[misc]
+        def setup(self) -> None:
+            reset()
+
         def get_call_kwargs(self, case: Any) -> dict[str, Any]:
             return {"headers": headers}
 
