@@ -22,13 +22,14 @@ SERVICE_ENV := AGENT_JOBS_DATABASE_URL=$(PG_URL)/agent_jobs AGENT_JOBS_BROKER_UR
 	AGENT_JOBS_JWT_SECRET="$${AGENT_JOBS_JWT_SECRET:-$$(cat $(SECRET_FILE))}" \
 	AGENT_JOBS_TOOL_SECRET="$${AGENT_JOBS_TOOL_SECRET:-$$(cat $(TOOL_SECRET_FILE))}"
 
-.PHONY: install demo demo-example test eval lint format bench bench-transitions bench-fairness bench-sweep bench-scale \
+.PHONY: install demo demo-example demo-agent test eval lint format bench bench-transitions bench-fairness bench-sweep bench-scale \
 	bench-cost bench-peers bench-platform bench-recovery bench-history bench-outage \
 	chaos db sim api worker beat flower token schemathesis compose-config clean help
 
 help:
 	@echo "make install   create .venv and install agent_jobs with its dev tools"
 	@echo "make demo      the payout and refund incidents end to end, embedded (no services needed)"
+	@echo "make demo-agent   your own agent: the order-cancellation example, end to end, embedded"
 	@echo "make test      the test suite (Postgres/Redis tests skip if those are down)"
 	@echo "make eval      the golden-refund and safety eval suites (5 runs a case; exit status = gate)"
 	@echo "make lint      ruff and mypy --strict"
@@ -57,6 +58,10 @@ demo: $(STAMP)
 demo-example: $(STAMP)
 	$(BIN)/agent-jobs demo example
 
+# Your own agent: the order-cancellation example (examples/order_cancel), embedded.
+demo-agent: $(STAMP)
+	$(BIN)/python -m examples.order_cancel
+
 test: $(STAMP)
 	$(BIN)/pytest -q
 
@@ -65,14 +70,14 @@ eval: $(STAMP)
 	$(BIN)/agent-jobs eval --suite safety --json eval-safety.json --html eval-safety.html
 
 lint: $(STAMP)
-	$(BIN)/ruff check agent_jobs tests db celeryconfig.py
-	$(BIN)/ruff format --check agent_jobs tests db celeryconfig.py
+	$(BIN)/ruff check agent_jobs examples tests db celeryconfig.py
+	$(BIN)/ruff format --check agent_jobs examples tests db celeryconfig.py
 	$(BIN)/mypy
 	$(BIN)/mypy celeryconfig.py
 
 format: $(STAMP)
-	$(BIN)/ruff format agent_jobs tests db celeryconfig.py
-	$(BIN)/ruff check --fix agent_jobs tests db celeryconfig.py
+	$(BIN)/ruff format agent_jobs examples tests db celeryconfig.py
+	$(BIN)/ruff check --fix agent_jobs examples tests db celeryconfig.py
 
 bench: bench-transitions bench-fairness bench-sweep
 

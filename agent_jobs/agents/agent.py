@@ -39,9 +39,10 @@ from agent_jobs.agents.declare import (
     function_effect,
     function_read,
 )
+from agent_jobs.agents.facts import Facts
 from agent_jobs.agents.model import proposal_schema
 from agent_jobs.agents.openapi import OpenApiTools
-from agent_jobs.agents.policy import Policy, Rule
+from agent_jobs.agents.policy import Call, Decision, Policy, Rule, needs_approval
 from agent_jobs.agents.services import AgentServices, services_from_settings
 from agent_jobs.core.contracts import Action
 from agent_jobs.core.errors import ConfigError, InvalidInput
@@ -82,7 +83,8 @@ class Agent:
         self.version = version
         self.prompt = prompt
         self.input_model = input
-        self.policy = policy or Policy(f"{name}@1")
+        # No policy declared: every effect asks a person (fail closed).
+        self.policy = policy or Policy(f"{name}@1", rules=[_ask_always])
         self.model_route = model_route
         self.scripted_model = scripted_model
         self.max_model_calls = max_model_calls
@@ -285,3 +287,7 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent({self.name}@{self.version})"
+
+
+def _ask_always(call: Call, facts: Facts) -> Decision:
+    return needs_approval("the agent declares no policy")

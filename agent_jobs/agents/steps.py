@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 MAX_TRANSCRIPT = 60
 NOTE_CHARS = 500
+# A read's result the task keeps (as a fact and in the model's transcript): a business answer
+# is kilobytes; more would be written into the task's state at every step.
+MAX_RESULT_CHARS = 16_000
 
 
 def request_id(task_key: str) -> str:
@@ -184,7 +187,10 @@ def _tool_calls(
     for c in calls:
         args = dict(c.get("args") or {})
         outcome = run_call(agent, inp, ToolCall(tool=str(c["tool"]), args=args), step)
-        if isinstance(outcome, Ok):
+        if isinstance(outcome, Ok) and _too_large(outcome.result):
+            _say(state, {"role": "tool", "tool": c["tool"], "result": {"error": "result_too_large",
+                         "message": f"more than {MAX_RESULT_CHARS} characters"}})  # fmt: skip
+        elif isinstance(outcome, Ok):
             record(state, "reads", {"tool": c["tool"], "args": args, "result": outcome.result})
             _say(state, {"role": "tool", "tool": c["tool"], "result": outcome.result})
         elif isinstance(outcome, Throttled):
@@ -196,6 +202,10 @@ def _tool_calls(
             _say(state, {"role": "tool", "tool": c["tool"], "result": {"error": code,
                          "message": cut(getattr(outcome, "message", ""), NOTE_CHARS)}})  # fmt: skip
     return wf.Observe(state, note="read " + ", ".join(sorted({str(c["tool"]) for c in calls})))
+
+
+def _too_large(result: Any) -> bool:
+    return len(json.dumps(result, ensure_ascii=False, default=str)) > MAX_RESULT_CHARS
 
 
 def _act(
