@@ -276,6 +276,12 @@ class Settings(BaseModel):
     api_max_body_bytes: int = _setting(
         262_144, "request bodies above this are refused with 413 before parsing", ge=1024
     )
+    api_request_timeout_s: float = _setting(
+        60.0,
+        "an API answer that has not started after this long is a 503 (retry later), whatever "
+        "it waits on; above the `DB_*_TIMEOUT_S`, which answer sooner; `0`: no deadline",
+        ge=0,
+    )
     api_host: str = _setting("127.0.0.1", "the API's address", min_length=1)
     api_port: int = _setting(8000, "the API's port", ge=1, le=65535)
     api_metrics_port: int | None = _setting(

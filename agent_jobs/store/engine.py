@@ -226,9 +226,14 @@ def database_error_line(exc: BaseException) -> str:
 def shown_url(url: str) -> str:
     """`url` as a person typed it, with the password hidden (`postgresql://u:***@h/db`)."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy can parse: show its scheme only
-        return url.split(":", 1)[0] + "://..."
+        parsed = make_url(url)
+        # libpq also takes the password as a query parameter (`?password=...`).
+        hidden = {k: "***" for k in parsed.query if k.lower() in ("password", "passwd")}
+        if hidden:
+            parsed = parsed.update_query_dict(hidden)
+        return parsed.render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
+    except Exception:  # not a URL SQLAlchemy can parse: its scheme at most
+        return url.split("://", 1)[0] + "://..." if "://" in url else "(not a URL)"
 
 
 def normalize_pg_url(url: str) -> str:

@@ -193,3 +193,80 @@ def http_client(http: httpx.Client, base: str) -> Any:
             return http.post(base + path, **kw)
 
     return _Based()
+
+
+class FreezingRelay:
+    """A TCP relay to the test Postgres that can freeze: every connection stays open and
+    nothing more is relayed either way (a middlebox that swallows the traffic, a connection
+    that hung across an outage). The driver has no timeout of its own for that."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.frozen = threading.Event()
+        self.closed = threading.Event()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.sock.settimeout(0.2)
+        self.port = int(self.sock.getsockname()[1])
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                continue
+            server = socket.create_connection(self.upstream)
+            self.conns += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        src.settimeout(0.2)
+        while not self.closed.is_set():
+            if self.frozen.is_set():
+                time.sleep(0.05)  # hold what arrives; relay nothing
+                continue
+            try:
+                data = src.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            with contextlib.suppress(OSError):
+                dst.sendall(data)
+
+    def close(self) -> None:
+        self.closed.set()
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.close()
+        self.sock.close()
+
+
+def test_a_connection_that_stops_answering_mid_request_gives_503_by_the_deadline(
+    pg_database: str, tmp_path: Path
+) -> None:
+    cfg = _bounded_settings(api_request_timeout_s=3.0)
+    relay = FreezingRelay(("127.0.0.1", 5432))
+    url = pg_database.replace("127.0.0.1:5432", f"127.0.0.1:{relay.port}")
+    assert url != pg_database, "the test database is expected on 127.0.0.1:5432"
+    store = Store(make_engine(url, pool_size=1, cfg=cfg))
+    try:
+        with _api(store, tmp_path, cfg) as (base, tok), httpx.Client(timeout=CEILING_S) as http:
+            task_id = _submit(http_client(http, base), tok)
+            assert http.get(f"{base}/v1/tasks/{task_id}", headers=auth(tok)).status_code == 200
+            relay.frozen.set()  # the pooled connection now swallows the next statement
+            started = time.monotonic()
+            r = http.get(f"{base}/v1/tasks/{task_id}", headers=auth(tok))
+            elapsed = time.monotonic() - started
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["code"] == "unavailable"
+            assert elapsed < 10 * cfg.api_request_timeout_s + 10
+    finally:
+        relay.close()  # the abandoned request's connection fails now
+        store.dispose()
