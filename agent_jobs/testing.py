@@ -6,6 +6,10 @@ without a broker. Step messages are kept in a list and run one at a time, in ord
     task = harness.submit("acme", "req-1", TaskRequest(workflow="example@1", input={...}))
     harness.run_until_idle()
     assert harness.store.get(task.id).status is Status.COMPLETED
+
+For an agent of your own (`agent_jobs.agents.Agent`): `AgentHarness` with a `ScriptedModel`
+(proposals built with `tool_calls` / `final_draft`), `FakeSystem` for its business system, and
+a worker that dies between two steps (`crash_next_effect`, then `recover`).
 """
 
 from __future__ import annotations

@@ -203,3 +203,16 @@ def test_a_reply_claiming_what_did_not_happen_is_never_completed(store: Any, sho
     seen = names(store, done.id)
     assert "redraft_requested" in seen or seen.count("draft_ready") == 2
     assert "failed verification" in str(done.outcome)
+
+
+def test_a_person_denying_the_cancel_is_told_to_the_model_and_nothing_is_cancelled(
+    store: Any, shop: Orders
+) -> None:
+    h = harness(store)
+    task = h.submit_input(cancel("A-200"))
+    h.settle(task.id)
+    done = h.approve(task.id, "lead-7", grant=False)
+    assert done.status is S.COMPLETED, done.outcome
+    assert done.outcome is not None
+    assert done.outcome["claims"] == [{"type": "not_cancelled", "order_id": "A-200"}]
+    assert shop.cancel_calls() == 0 and shop.get("A-200")["status"] == "open"
