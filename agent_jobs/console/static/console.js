@@ -1,4 +1,5 @@
-// agent_jobs console: approvals, task timelines, queues and operator controls over the JSON API.
+// agent_jobs console: approvals, task timelines, queues, operator controls and releases over the
+// JSON API.
 //
 // Rules this file keeps (tests/browser and tests/integration/test_console_api.py check them):
 // - every value that came from a customer, a business system or the model is put on the page
@@ -13,15 +14,16 @@
 
 (function () {
   const TOKEN_KEY = "agent_jobs.console.token";
-  const POLL_MS = { approvals: 3000, queues: 5000, timeline: 3000 };
+  const POLL_MS = { approvals: 3000, queues: 5000, timeline: 3000, releases: 5000 };
   const STATUSES = [
     "RECEIVED", "RUNNING", "RETRY_WAIT", "APPROVAL_WAIT", "EXECUTING", "EXEC_UNKNOWN",
     "VERIFYING", "COMPLETED", "ESCALATED", "FAILED", "CANCELLED",
   ];
   const TERMINAL = new Set(["COMPLETED", "ESCALATED", "FAILED", "CANCELLED"]);
   const ID_RE = /^[A-Za-z0-9_-]{1,80}$/;
+  const RELEASE_ID_RE = /^[a-z0-9][a-z0-9_.-]{0,62}$/;
 
-  const PAGES = ["approvals", "timeline", "queues"];
+  const PAGES = ["approvals", "timeline", "queues", "releases"];
 
   let me = null;
   let page = null; // the page shown now (null when signed out)
@@ -212,6 +214,12 @@
       $("queues-error").textContent = "";
       for (const id of ["switch-target", "switch-value", "switch-reason"]) $(id).value = "";
       $("switch-confirm-text").textContent = "";
+    } else if (name === "releases") {
+      forgetRelease();
+      clear($("releases-table").querySelector("tbody"));
+      show($("releases-table"), false);
+      show($("no-releases"), false);
+      $("releases-error").textContent = "";
     }
   }
 
@@ -244,6 +252,7 @@
     stopPolling();
     if (page !== null && page !== name) forget(page);
     else if (page === "timeline") forgetTimeline();
+    else if (page === "releases") forgetRelease();
     page = name;
     for (const p of PAGES) show($("page-" + p), p === name);
     for (const a of document.querySelectorAll("#nav a")) {
@@ -255,6 +264,9 @@
     } else if (name === "queues") {
       show($("ops"), isOperator());
       poll(loadQueues, POLL_MS.queues);
+    } else if (name === "releases") {
+      poll(loadReleases, POLL_MS.releases);
+      if (arg && canReadReleases() && RELEASE_ID_RE.test(decodeURIComponent(arg))) openRelease(decodeURIComponent(arg));
     } else {
       stopPolling();
       if (arg && ID_RE.test(decodeURIComponent(arg))) openTimeline(decodeURIComponent(arg));
@@ -864,6 +876,126 @@
     for (const id of ["replay-outcome", "switch-outcome", "ops-error"]) $(id).textContent = "";
     show($("switch-confirm"), false);
     show($("ops"), false);
+  }
+
+  // -- releases (roles `operator` or `release_manager` read; `release_manager` acts) -----------
+
+  function canReadReleases() { return me !== null && (me.roles.includes("operator") || me.roles.includes("release_manager")); }
+
+  function isReleaseManager() { return me !== null && me.roles.includes("release_manager"); }
+
+  function forgetRelease() {
+    clear($("release-detail"));
+  }
+
+  function verdictText(e) {
+    if (!e) return "not run";
+    return e.verdict + (e.full ? "" : " (partial)") + (e.matches_manifest ? "" : ", another manifest");
+  }
+
+  function shortHash(h) { return h ? h.slice(0, 19) + "…" : "-"; }
+
+  async function loadReleases() {
+    if (!canReadReleases()) {
+      $("releases-error").textContent = "Your token carries neither the operator nor the release_manager role: releases are not shown.";
+      return;
+    }
+    const result = await api("GET", "/v1/releases");
+    if (!result.ok) { $("releases-error").textContent = "Could not load the releases: " + errorText(result); return; }
+    $("releases-error").textContent = "";
+    const list = result.data.releases;
+    const body = $("releases-table").querySelector("tbody");
+    clear(body);
+    for (const rel of list.slice().reverse()) {
+      body.appendChild(el("tr", { "data-release-id": rel.release_id },
+        el("td", {}, el("a", { href: "#releases/" + encodeURIComponent(rel.release_id) }, rel.release_id)),
+        el("td", {}, rel.workflow),
+        el("td", {}, el("span", { class: "badge r-" + rel.status }, rel.status)),
+        el("td", { class: "hash", title: rel.manifest_hash || "" }, shortHash(rel.manifest_hash)),
+        el("td", {}, verdictText(rel.last_eval)),
+        el("td", {}, fmtTime(rel.created_at) + " by " + rel.created_by)));
+    }
+    show($("releases-table"), list.length > 0);
+    show($("no-releases"), list.length === 0);
+  }
+
+  async function openRelease(releaseId) {
+    const result = await api("GET", "/v1/releases/" + encodeURIComponent(releaseId));
+    const box = $("release-detail");
+    clear(box);
+    if (!result.ok) {
+      box.appendChild(el("p", { class: "error", role: "alert" }, result.status === 404 ? "No release has this id." : "Could not load the release: " + errorText(result)));
+      return;
+    }
+    box.appendChild(releaseNode(result.data));
+  }
+
+  function suiteText(s) {
+    return s.suite + ": " + (s.gate || "?") + (s.cases !== null ? " " + s.cases_passed + "/" + s.cases : "") +
+      (s.safety_failures ? ", " + s.safety_failures + " safety failure(s)" : "") +
+      (s.failed.length ? " (failed: " + s.failed.join(", ") + ")" : "");
+  }
+
+  function releaseNode(d) {
+    const outcome = el("p", { class: "outcome", id: "release-outcome", role: "status" });
+    const after = (verb) => (result) => {
+      if (!result.ok) return [false, "Refused: " + errorText(result)];
+      const again = $("release-detail");
+      clear(again);
+      again.appendChild(releaseNode(result.data));
+      const said = $("release-outcome");
+      said.className = "outcome done";
+      said.textContent = verb + " " + d.release_id + ": " + (result.data.rollout ? "live is " + (result.data.rollout.incumbent || "none (built-in pins)") : "") + ".";
+      loadReleases();
+      return [true, verb + "."];
+    };
+    const actions = [];
+    if (isReleaseManager()) {
+      const path = "/v1/releases/" + encodeURIComponent(d.release_id);
+      if (d.status === "live") {
+        actions.push(confirmable("Roll back…", "Confirm rollback", (reason) => api("POST", path + "/rollback", { reason }), after("Rolled back")).node);
+      } else {
+        actions.push(confirmable("Promote…", "Confirm promote", (reason) => api("POST", path + "/promote", { reason }), after("Promoted")).node);
+      }
+    }
+    const ro = d.rollout;
+    return el("article", { class: "card release", "data-release-id": d.release_id },
+      el("header", { class: "task-head" }, el("h2", {}, d.release_id), el("span", { class: "badge r-" + d.status, id: "release-status" }, d.status)),
+      kv([
+        ["workflow", d.workflow],
+        ["manifest hash", d.manifest_hash || "(the stored manifest no longer parses)", "hash"],
+        ["created", fmtTime(d.created_at) + " by " + d.created_by],
+        ["eval status", d.eval_status || "no full eval"],
+        ["live now", ro ? (ro.incumbent || "none (built-in pins)") + (ro.candidate ? "; " + ro.mode + " " + ro.candidate + " at " + ro.traffic_percent + "%" : "") : "none (built-in pins)"],
+      ]),
+      el("div", { class: "release-actions" }, actions),
+      outcome,
+      d.promote_problems.length
+        ? el("div", { class: "untrusted", id: "promote-problems" }, el("h4", {}, "Promote would be refused"), el("ul", {}, d.promote_problems.map((p) => el("li", {}, p))))
+        : el("p", { class: "muted", id: "promote-problems" }, "The gate allows promote (a passed full eval of this manifest)."),
+      el("h3", {}, "Manifest"),
+      kv(Object.entries(d.manifest).map(([k, v]) => [k, typeof v === "string" ? v : json(v)])),
+      el("h3", {}, "Eval reports"),
+      d.evals.length
+        ? el("table", { class: "grid", id: "release-evals" },
+            el("thead", {}, el("tr", {}, ["when", "by", "verdict", "manifest", "runs", "cases", "suites"].map((h) => el("th", {}, h)))),
+            el("tbody", {}, d.evals.map((e) => el("tr", {},
+              el("td", {}, fmtTime(e.at)), el("td", {}, e.actor),
+              el("td", {}, e.verdict + (e.full ? "" : " (partial)")),
+              el("td", { class: "hash", title: e.manifest_hash || "" }, e.matches_manifest ? "this one" : "another: " + shortHash(e.manifest_hash)),
+              el("td", { class: "num" }, e.runs_per_case === null ? "-" : e.runs_per_case),
+              el("td", { class: "num" }, e.cases === null ? "-" : e.cases_passed + "/" + e.cases),
+              el("td", {}, el("ul", { class: "args" }, e.suites.map((s) => el("li", {}, suiteText(s)))))))))
+        : el("p", { class: "muted" }, "No eval recorded (agent-jobs release eval " + d.release_id + ")."),
+      el("h3", {}, "Audit trail"),
+      d.audit.length
+        ? el("table", { class: "grid", id: "release-audit" },
+            el("thead", {}, el("tr", {}, ["when", "who", "what", "from → to", "why"].map((h) => el("th", {}, h)))),
+            el("tbody", {}, d.audit.map((a) => el("tr", { "data-action": a.action },
+              el("td", {}, fmtTime(a.at)), el("td", {}, a.actor), el("td", {}, el("code", {}, a.action)),
+              el("td", {}, a.from_release || a.to_release ? (a.from_release || "none") + " → " + (a.to_release || "none") : "-"),
+              el("td", {}, a.reason)))))
+        : el("p", { class: "muted" }, "No changes yet."));
   }
 
   // -- start -----------------------------------------------------------------------------------
