@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
             AGENT_JOBS_DATABASE_URL=args.postgres,
             AGENT_JOBS_BROKER_URL=args.redis,
             AGENT_JOBS_REDIS_URL=args.redis,
-            AGENT_JOBS_QUEUE_PREFIX=f"ocdemo{os.getpid()}",
+            # Its own queues on a shared Redis, unless the caller names them.
+            AGENT_JOBS_QUEUE_PREFIX=os.environ.get("AGENT_JOBS_QUEUE_PREFIX")
+            or f"ocdemo{os.getpid()}",
             AGENT_JOBS_TOOL_SECRET=os.environ.get("AGENT_JOBS_TOOL_SECRET")
             or secrets.token_urlsafe(32),
         )
