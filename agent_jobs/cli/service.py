@@ -182,7 +182,12 @@ def register(sub: Any) -> None:
     p = sub.add_parser("token", help="mint a development bearer token (HS256)")
     p.add_argument("--tenant", required=True)
     p.add_argument("--sub", required=True, help="the subject: who is calling")
-    p.add_argument("--role", action="append", default=[], help="a role, e.g. approver (repeatable)")
+    p.add_argument(
+        "--role",
+        action="append",
+        default=[],
+        help="a role: approver, operator or release_manager (repeatable)",
+    )
     p.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (default 3600)")
     p.set_defaults(func=cmd_token)
 
