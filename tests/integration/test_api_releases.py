@@ -213,23 +213,36 @@ def test_rollback_of_the_live_release_is_audited_and_only_the_live_one(env: Env)
     error(c.post("/v1/releases/rel-b/rollback", json={"reason": "again"}, headers=h), 409)
 
 
-def test_a_rollback_never_rolls_back_a_release_promoted_meanwhile(env: Env) -> None:
-    """The check that the release is live and the compare-and-set are one: a promote of another
-    release between the service's read of the rollout and its write makes the rollback a
-    conflict, never a rollback of the release promoted in between."""
+@pytest.mark.parametrize("when", ["before_its_read", "after_its_read"])
+def test_a_rollback_never_rolls_back_a_release_promoted_meanwhile(env: Env, when: str) -> None:
+    """That the release is live is checked on the very rollout row the service's compare-and-set
+    expects: a promote of another release before the service reads the rollout is a conflict
+    (the check), and so is one after (the compare-and-set); never a rollback of the release
+    promoted in between."""
     env.release("rel-a")
     env.release("rel-b")
     env.svc.promote("rel-a", "ci", "ship")
     store = env.svc.store
+    hook = "rollout" if when == "before_its_read" else "release_history"
 
     class PromoteMeanwhile:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(store, name)
+        done = False
 
-        def release_history(self, *args: Any, **kwargs: Any) -> list[HistoryRow]:
-            rows: list[HistoryRow] = store.release_history(*args, **kwargs)
-            env.svc.promote("rel-b", "someone", "meanwhile")
-            return rows
+        def __getattr__(self, name: str) -> Any:
+            attr = getattr(store, name)
+            if name != hook or self.done:
+                return attr
+
+            def meanwhile(*args: Any, **kwargs: Any) -> Any:
+                if when == "before_its_read":
+                    env.svc.promote("rel-b", "someone", "meanwhile")
+                out = attr(*args, **kwargs)
+                if when == "after_its_read":
+                    env.svc.promote("rel-b", "someone", "meanwhile")
+                self.done = True
+                return out
+
+            return meanwhile
 
     guarded = ReleaseService(api_releases._LiveOnly(PromoteMeanwhile(), "rel-a"), eval_runs=1)
     with pytest.raises(ReleaseConflict):
