@@ -21,11 +21,12 @@ from agent_jobs.agents.claims import check_claims
 from agent_jobs.agents.declare import EXECUTE, RECONCILE, REPLY, WORK, found_of
 from agent_jobs.agents.facts import Facts, record
 from agent_jobs.agents.model import Asked, ask, usage
-from agent_jobs.agents.policy import Call
+from agent_jobs.agents.policy import Call, Decision, Policy, needs_approval
 from agent_jobs.core.contracts import Action
 from agent_jobs.core.errors import InvalidInput
 from agent_jobs.core.hashing import derive_idempotency_key
 from agent_jobs.core.text import cut
+from agent_jobs.ops import autonomy_threshold_minor
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.tools import (
     ExecContext,
@@ -246,7 +247,22 @@ def authorize(agent: Agent, inp: wf.StepInput, action: Action) -> wf.Authorizati
     said = policy.evaluate(
         Call(action.tool, action.args), Facts.of(inp.state), frozenset(agent.effects)
     )
+    if said.kind == "allow":
+        said = _autonomy(policy, action, autonomy_threshold_minor(inp.tenant_id)) or said
     return wf.Authorization(said.kind, policy.version, said.reason, policy.approval_ttl_s)
+
+
+def _autonomy(policy: Policy, action: Action, cap: int | None) -> Decision | None:
+    """The operator's incident lever (`autonomy_threshold`): above the cap, or at 0 for every
+    effect, what the policy allows goes to a person instead. It never lowers the policy's own
+    thresholds; an effect without an integer amount asks whenever a cap is set."""
+    if cap is None:
+        return None
+    field = next((t.amount for t in policy.thresholds if t.applies(Call(action.tool, {}))), None)
+    amount = action.args.get(field or "amount_minor")
+    if cap == 0 or isinstance(amount, bool) or not isinstance(amount, int) or amount > cap:
+        return needs_approval(f"operator autonomy cap {cap}")
+    return None
 
 
 def execute(agent: Agent, inp: wf.StepInput, action: Action) -> wf.EffectOutcome:

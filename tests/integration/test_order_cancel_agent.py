@@ -216,3 +216,24 @@ def test_a_person_denying_the_cancel_is_told_to_the_model_and_nothing_is_cancell
     assert done.outcome is not None
     assert done.outcome["claims"] == [{"type": "not_cancelled", "order_id": "A-200"}]
     assert shop.cancel_calls() == 0 and shop.get("A-200")["status"] == "open"
+
+
+def test_the_operators_autonomy_lever_sends_an_allowed_cancel_to_a_person(
+    store: Any, shop: Orders
+) -> None:
+    from datetime import UTC, datetime
+
+    from agent_jobs.ops.live import install
+    from agent_jobs.ops.switches import Kind, StaticSwitches, Switch, SwitchKey, SwitchSet
+
+    at = datetime(2026, 3, 14, tzinfo=UTC)
+    lever = Switch(SwitchKey(Kind("autonomy_threshold"), ""), 0, "oncall", "INC-9", at)
+    previous = install(StaticSwitches(SwitchSet.of([lever])))
+    try:
+        h = harness(store)
+        task = h.submit_input(cancel("A-100"))  # EUR 49.00: the policy alone allows it
+        assert h.settle(task.id).status is S.APPROVAL_WAIT
+    finally:
+        install(previous)
+    (asked,) = [e for e in store.events(task.id) if e.type == "approval_requested"]
+    assert asked.data["reason"] == "operator autonomy cap 0" and shop.cancel_calls() == 0
