@@ -102,7 +102,8 @@ class NotCancelled(Claim):
     order_id: str
 
     def holds(self, facts: Facts) -> bool:
-        return facts.effect("orders.cancel", order_id=self.order_id) is None
+        asked = facts.input["order_id"] == self.order_id
+        return asked and facts.effect("orders.cancel", order_id=self.order_id) is None
 
 
 workflows = [agent]
