@@ -237,3 +237,12 @@ def test_the_operators_autonomy_lever_sends_an_allowed_cancel_to_a_person(
         install(previous)
     (asked,) = [e for e in store.events(task.id) if e.type == "approval_requested"]
     assert asked.data["reason"] == "operator autonomy cap 0" and shop.cancel_calls() == 0
+
+
+def test_a_reply_about_another_order_than_the_one_asked_is_not_verified(
+    store: Any, shop: Orders
+) -> None:
+    other = {"type": "not_cancelled", "order_id": "A-999"}
+    h = harness(store, ScriptedModel([final_draft("A-999 was not cancelled.", other)]))
+    done = h.settle(h.submit_input(cancel("A-100")).id)
+    assert done.status is S.ESCALATED and shop.cancel_calls() == 0

@@ -146,3 +146,14 @@ def test_declarations_that_cannot_work_fail_at_import() -> None:
 
     with pytest.raises(ConfigError, match="declared twice"):
         agent.tool("dup")(one)
+
+
+def test_what_a_lookup_answers_is_read_as_the_effect_found_or_none() -> None:
+    row = {"order_id": "o1", "sku": "A"}
+    assert found_of({"found": row}) == row
+    assert found_of({"found": None}) is None
+    assert found_of({"found": False}) is None
+    assert found_of({"found": True, **row}) == row  # an MCP server that says so inline
+    assert found_of({"structured": {"found": True, **row}, "text": "..."}) == row
+    assert found_of(row) == row  # an HTTP lookup answering the effect itself
+    assert found_of({}) is None and found_of(None) is None and found_of([row]) is None
