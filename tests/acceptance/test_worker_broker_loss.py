@@ -12,8 +12,11 @@ deterministic form of that is tests/integration/test_step_acks_restore.py.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +24,7 @@ from agent_jobs.bench.outage import PrivateRedis
 from agent_jobs.bench.procs import WorkerProcess
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.states import TERMINAL, Status
-from tests.support.live import live_runtime, wait_until
+from tests.support.live import live_env, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -35,6 +38,31 @@ def broker(tmp_path: Path, redis_url: str) -> Iterator[PrivateRedis]:
         yield r
 
 
+@contextmanager
+def private_runtime(env: dict[str, str]) -> Iterator[tuple[Any, dict[str, str]]]:
+    """`live_runtime`, but publishing through a Celery app of its own: the process's app is
+    configured once per session with the session's broker, and its connection pool would keep
+    pointing wherever the first test sent it."""
+    from celery import Celery
+
+    from agent_jobs.config import settings
+    from agent_jobs.queue.celery_config import app_settings
+    from agent_jobs.queue.runtime import build_runtime
+    from tests.conftest import _truncate
+
+    with live_env(**env):
+        cfg = settings()
+        app = Celery("agent_jobs_broker_loss", set_as_current=False)
+        app.config_from_object(app_settings(cfg))
+        rt = build_runtime(cfg, app=app)
+        _truncate(rt.store)
+        try:
+            yield rt, {**env, "AGENT_JOBS_QUEUE_PREFIX": os.environ["AGENT_JOBS_QUEUE_PREFIX"]}
+        finally:
+            rt.store.dispose()
+            app.close()
+
+
 def test_a_worker_survives_its_redis_killed_and_restarted_empty_again_and_again(
     pg_database: str, broker: PrivateRedis, tmp_path: Path, tenant: str
 ) -> None:
@@ -45,10 +73,17 @@ def test_a_worker_survives_its_redis_killed_and_restarted_empty_again_and_again(
         "AGENT_JOBS_DISPATCH_GRACE_S": "60",
         "AGENT_JOBS_LEASE_TTL_S": "30",
     }
-    with live_runtime(**env) as (rt, worker_env):
+    with private_runtime(env) as (rt, worker_env):
         worker = WorkerProcess(worker_env, name="lossy", log=tmp_path / "lossy.log")
         try:
-            worker.wait_ready()
+            # Read from its log: `wait_ready` pings through the process's own app (the
+            # session's broker), not this test's.
+            wait_until(
+                "the worker ready",
+                lambda: worker.proc.poll() is None and " ready." in worker.log.read_text(),
+                60,
+            )
+            assert worker.proc.poll() is None, worker.log.read_text()[-3000:]
             rt.sweepers.dispatch()  # sets the broker's sentinel
             ids: list[str] = []
             for loss in range(LOSSES):
