@@ -19,17 +19,25 @@ from agent_jobs.store import Lease
 
 def _driver_unreachable(error: BaseException) -> bool:
     """psycopg2's errors for a server it cannot talk to (its `OperationalError` and
-    `InterfaceError` and their subclasses): connection refused or dropped, the server shutting
-    down, a statement cancelled by a timeout. SQLite's `OperationalError` (a missing table, a
-    locked file) says nothing about reachability and is not one. Matched by class name and
-    module, so that nothing here imports the driver."""
-    return any(
+    `InterfaceError` and their subclasses): connection refused or dropped (no SQLSTATE, or a
+    connection exception's), the server shutting down. A statement or lock timeout is an
+    `OperationalError` too, but an answer from a server that is there (SQLSTATE 57014, 55P03):
+    not one, or a step blocked on a lock would be tried again for the whole outage wait, each
+    try up to the statement timeout. SQLite's `OperationalError` (a missing table, a locked
+    file) says nothing about reachability and is not one. Matched by class name and module, so
+    that nothing here imports the driver."""
+    if not any(
         cls.__module__.startswith("psycopg2") and cls.__name__ in _DRIVER_UNREACHABLE
         for cls in type(error).__mro__
-    )
+    ):
+        return False
+    code = getattr(error, "pgcode", None)
+    return code is None or code.startswith("08") or code in _SHUTTING_DOWN
 
 
 _DRIVER_UNREACHABLE = ("OperationalError", "InterfaceError")
+# admin_shutdown, crash_shutdown, cannot_connect_now: the server is going or not there yet.
+_SHUTTING_DOWN = frozenset({"57P01", "57P02", "57P03"})
 
 
 def db_unavailable(error: BaseException) -> bool:
