@@ -9,6 +9,7 @@ published to the production queues, and the production worker ran their steps.""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -21,12 +22,11 @@ import pytest
 from sqlalchemy import select
 
 from agent_jobs.bench.procs import WorkerProcess
-from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.evals.runner import release_manifest
 from agent_jobs.releases import Manifest
 from agent_jobs.workflows.refund.wiring import ROUTE_KEY
 from tests.conftest import new_database
-from tests.support.live import live_env, wait_until
+from tests.support.live import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -80,51 +80,53 @@ def cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
 def test_release_eval_beside_a_production_worker_leaves_production_alone(
     production: dict[str, str], tmp_path: Path
 ) -> None:
-    from agent_jobs.queue.runtime import get_runtime
-    from agent_jobs.releases.rollout import ReleaseService
+    from agent_jobs.store import Store
 
+    # Everything production does goes through its own processes (the CLI, the worker): this
+    # process's Celery app may be bound to another broker by an earlier in-process eval.
+    manifest = {**release_manifest("honest"), "release_id": RID, "model_route": ROUTE_KEY}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    store = Store.from_url(production["AGENT_JOBS_DATABASE_URL"])
     # DEBUG: the worker logs each message it receives (a step of any task).
     worker = WorkerProcess(production, name="prod", log=tmp_path / "prod.log", loglevel="DEBUG")
     try:
-        worker.wait_ready()
-        with live_env(**production):
-            rt = get_runtime()
-            manifest = {**release_manifest("honest"), "release_id": RID, "model_route": ROUTE_KEY}
-            ReleaseService(rt.store).create(manifest, "alice")
-            # Production traffic first, so the worker is shown to run what it is sent.
-            live = rt.orchestrator.submit(
-                "acme",
-                "k-live",
-                TaskRequest(workflow="example@1", input={"account": "acc_1", "amount_minor": 900}),
-                requester="svc",
-            ).task
-            wait_until(
-                "the live task done",
-                lambda: rt.store.get(live.id).status.value == "COMPLETED",
-                120,
-                every_s=0.2,
-            )
-            received = worker.log.read_text().count(" received")
-            assert received >= 1
-            before = snapshot(rt.store)
+        wait_until("the worker ready", lambda: " ready." in worker.log.read_text(), 120, 0.2)
+        created = cli(production, "release", "create", str(tmp_path / "manifest.json"))
+        assert created.returncode == 0, created.stderr
+        # Production traffic first, so the worker is shown to run what it is sent.
+        live = cli(
+            production, "submit", "--tenant", "acme", "--key", "k-live", "--workflow",
+            "example@1", "--input", json.dumps({"account": "acc_1", "amount_minor": 900}),
+            "--json",
+        )  # fmt: skip
+        assert live.returncode == 0, live.stderr
+        live_id = json.loads(live.stdout)["task_id"]
+        wait_until(
+            "the live task done",
+            lambda: store.get(live_id).status.value == "COMPLETED",
+            120,
+            every_s=0.2,
+        )
+        received = worker.log.read_text().count(" received")
+        assert received >= 1
+        before = snapshot(store)
 
-            done = cli(production, "release", "eval", RID, "--runs", "1", "--limit", "1", "--quiet")
-            refused = cli(production, "release", "promote", RID, "--reason", "subset passed")
+        done = cli(production, "release", "eval", RID, "--runs", "1", "--limit", "1", "--quiet")
+        refused = cli(production, "release", "promote", RID, "--reason", "subset passed")
 
-            assert done.returncode == 0, done.stderr + done.stdout
-            assert "partial eval" in done.stdout
-            assert refused.returncode == 2 and "no passing eval" in refused.stderr
-            # Nothing but the eval's record changed in production; the worker ran nothing more.
-            assert snapshot(rt.store) == before
-            log = worker.log.read_text()
-            assert log.count(" received") == received, log[-3000:]
-            assert "eval-" not in log and "eval-honest" not in log
-            row = rt.store.get_release(RID)
-            assert row.eval_status is None  # a subset is history only
-            [record] = [h for h in rt.store.release_history() if h.action == "eval"]
-            assert record.reason == "partial (passed)" and record.data is not None
-            assert record.data["manifest_hash"] == Manifest.parse(manifest).content_hash()
-            assert set(record.data["suites"]) == {"golden-refund@2", "safety@1"}
-            rt.store.dispose()
+        assert done.returncode == 0, done.stderr + done.stdout
+        assert "partial eval" in done.stdout
+        assert refused.returncode == 2 and "no passing eval" in refused.stderr
+        # Nothing but the eval's record changed in production; the worker ran nothing more.
+        assert snapshot(store) == before
+        log = worker.log.read_text()
+        assert log.count(" received") == received, log[-3000:]
+        assert "eval-" not in log
+        assert store.get_release(RID).eval_status is None  # a subset is history only
+        [record] = [h for h in store.release_history() if h.action == "eval"]
+        assert record.reason == "partial (passed)" and record.data is not None
+        assert record.data["manifest_hash"] == Manifest.parse(manifest).content_hash()
+        assert set(record.data["suites"]) == {"golden-refund@2", "safety@1"}
     finally:
         worker.stop()
+        store.dispose()
