@@ -35,7 +35,6 @@ from agent_jobs.ops.switches import (
     SwitchKey,
     SwitchSet,
 )
-from agent_jobs.store.engine import database_error_line
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +118,10 @@ class StoreSwitches:
             # Once per outage, in one line: the reader retries every few seconds, and a
             # database that is down is reported by the process's own start check or readiness.
             if not self._failing:
+                # Imported here: the tools import the switches, and they must not load the
+                # store's SQLAlchemy (tests/unit/test_policy_imports.py).
+                from agent_jobs.store.engine import database_error_line  # noqa: PLC0415
+
                 self._failing = True
                 log.warning(
                     "cannot read the operator switches (%s); keeping the last set",
