@@ -196,9 +196,6 @@ class Settings(BaseModel):
         shown="—",
     )
     debug: bool = _setting(False, "`1`: the CLI shows tracebacks (as `--debug`)", shown="—")
-    bench_allow_db0: bool = _setting(
-        False, "`1`: `agent-jobs bench chaos` may flush Redis database 0", shown="—"
-    )
     # -- the business systems, the model, tools ---------------------------------------------
     systems_url: str = _setting(
         "http://127.0.0.1:8090",

@@ -1,7 +1,13 @@
 """`agent-jobs bench chaos`: hundreds of example payouts through real worker processes and a
 real beat, while workers are SIGKILLed and replaced, the broker's database is flushed, and the
 ledger drops responses, times out and hangs. Counts lost tasks and duplicate effects: both must
-be zero. Exit status 0 only then."""
+be zero. Exit status 0 only then.
+
+The bench destroys only what it created. Its broker is a redis-server of its own on a free port
+(`procs.PrivateRedis`): the flushes, the queues, the tenant directory, the gate's buckets and the
+switches channel of its workers, beat and runtime are all there, and the Redis named by
+AGENT_JOBS_BROKER_URL / AGENT_JOBS_REDIS_URL is never written to. Postgres follows every bench's
+guard (a database the bench created and marked, or one named with `--wipe`)."""
 
 from __future__ import annotations
 
@@ -18,8 +24,7 @@ import redis
 
 from agent_jobs.bench.common import bench_env, require_services
 from agent_jobs.bench.common import progress as say
-from agent_jobs.bench.procs import BeatProcess, WorkerProcess
-from agent_jobs.config import load_settings
+from agent_jobs.bench.procs import BeatProcess, PrivateRedis, WorkerProcess
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.errors import ConfigError
 from agent_jobs.core.states import TERMINAL, Status
@@ -32,33 +37,38 @@ CHAOS_ENV = {
     "AGENT_JOBS_RETRY_MAX_S": "2",
     "AGENT_JOBS_MAX_ATTEMPTS": "8",
 }
+FLUSH_EVERY_KILLS = 2  # the broker is flushed every second kill interval (8 s, 16 s by default)
 
 
-ALLOW_DB0 = "AGENT_JOBS_BENCH_ALLOW_DB0"
-
-
-def refuse_shared_broker_db(broker_url: str) -> None:
-    """The chaos run flushes its broker's Redis database (FLUSHDB, never a whole-server flush).
-    Database 0 is every client's default, and most likely a real deployment's: refused unless
-    AGENT_JOBS_BENCH_ALLOW_DB0=1 says it is this run's to flush."""
-    db = redis.Redis.from_url(broker_url).connection_pool.connection_kwargs.get("db") or 0
-    if int(db) == 0 and not load_settings().bench_allow_db0:
-        raise ConfigError(
-            f"bench chaos flushes its broker's Redis database, and AGENT_JOBS_BROKER_URL is "
-            f"database 0: use a database of its own (e.g. redis://127.0.0.1:6379/5, as `make "
-            f"chaos` does), or set {ALLOW_DB0}=1 if database 0 may be flushed"
-        )
-
-
-def run(  # noqa: PLR0915 - one scenario, read top to bottom
+def run(
     *, tasks: int, workers: int, kill_every_s: float, flushes: int, timeout_s: float, seed: int,
     progress: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
-    _, broker_url = require_services()
-    refuse_shared_broker_db(broker_url)
-    rng = random.Random(seed)
+    require_services()
     tmp = Path(tempfile.mkdtemp(prefix="agent-jobs-chaos-"))
-    env = bench_env({**CHAOS_ENV, "AGENT_JOBS_EXAMPLE_BACKEND": str(tmp / "ledger.db")})
+    with PrivateRedis(tmp) as own:
+        return _run(
+            own.url, tmp,
+            tasks=tasks, workers=workers, kill_every_s=kill_every_s, flushes=flushes,
+            timeout_s=timeout_s, seed=seed, progress=progress,
+        )  # fmt: skip
+
+
+def _run(  # noqa: PLR0915 - one scenario, read top to bottom
+    broker_url: str, tmp: Path, *, tasks: int, workers: int, kill_every_s: float, flushes: int,
+    timeout_s: float, seed: int, progress: bool,
+) -> dict[str, Any]:  # fmt: skip
+    rng = random.Random(seed)
+    # Every Redis use of the workers, beat and this process's runtime (broker, tenant directory,
+    # gate, switches listener) on the bench's own server: AGENT_JOBS_REDIS_URL, were it set,
+    # would send the directory elsewhere, so it goes (the directory then lives in the broker's).
+    # Set before anything reads this process's settings or Celery app.
+    os.environ.pop("AGENT_JOBS_REDIS_URL", None)
+    env = bench_env({
+        **CHAOS_ENV,
+        "AGENT_JOBS_BROKER_URL": broker_url,
+        "AGENT_JOBS_EXAMPLE_BACKEND": str(tmp / "ledger.db"),
+    })  # fmt: skip
     os.environ.update(env)
     from agent_jobs.config import settings  # noqa: PLC0415
 
@@ -69,9 +79,18 @@ def run(  # noqa: PLR0915 - one scenario, read top to bottom
 
     set_runtime(None)
     rt = get_runtime()
+    from agent_jobs.queue.app import app  # noqa: PLC0415
+
+    # An override module (AGENT_JOBS_CELERY_CONFIG) could name another broker: refused, not run.
+    used = {rt.settings.broker_url, rt.settings.directory_redis_url, app.conf.broker_url}
+    if used != {broker_url}:
+        raise ConfigError(
+            f"bench chaos runs on a redis-server of its own ({broker_url}); its settings name "
+            f"others too: {sorted(str(u) for u in used - {broker_url})}"
+        )
     prepare(rt.settings.database_url).dispose()
-    broker = redis.Redis.from_url(rt.settings.broker_url)
-    broker.flushdb()
+    broker = redis.Redis.from_url(broker_url)
+    broker.flushdb()  # the bench's own server, just started: nothing of anyone else's
     ledger = ExampleBackend()
     for fault, times, delay in (
         ("drop_after_commit", tasks // 10, 0.0),
@@ -105,7 +124,7 @@ def run(  # noqa: PLR0915 - one scenario, read top to bottom
     kills = 0
     flushed = 0
     next_kill = time.monotonic() + kill_every_s
-    flush_at = [started + (k + 1) * 8.0 for k in range(flushes)]
+    flush_at = [started + (k + 1) * FLUSH_EVERY_KILLS * kill_every_s for k in range(flushes)]
     deadline = started + timeout_s
     try:
         while time.monotonic() < deadline:

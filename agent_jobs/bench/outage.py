@@ -21,31 +21,30 @@ workers' steps made while the database was away (their log lines).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import secrets
-import shutil
-import signal
-import subprocess
 import tempfile
 import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
-import redis
 from sqlalchemy.engine import make_url
 
 from agent_jobs.bench.common import median, require_services
 from agent_jobs.bench.common import progress as say
-from agent_jobs.bench.procs import BeatProcess, WorkerProcess, start_workers, stop_all
-from agent_jobs.bench.proxy import CuttableProxy, free_port
+from agent_jobs.bench.procs import (
+    BeatProcess,
+    PrivateRedis,
+    WorkerProcess,
+    start_workers,
+    stop_all,
+)
+from agent_jobs.bench.proxy import CuttableProxy
 from agent_jobs.config import Settings
 from agent_jobs.core.contracts import TaskRequest
-from agent_jobs.core.errors import ConfigError
 from agent_jobs.core.states import TERMINAL, Status
 
 SCENARIOS = ("postgres", "redis")
@@ -65,67 +64,6 @@ TIMING_VARIABLES = (
 )  # fmt: skip
 LEDGER = "ledger.db"  # the payouts' example ledger, in the scenario's log directory
 RETRY_LINE = "the database cannot be reached"  # a step's try, as orchestrator/runner.py logs it
-
-
-class PrivateRedis:
-    """A redis-server of the bench's own on a free port, without persistence: `kill` is a
-    SIGKILL, and `start` after it brings up an empty server on the same port."""
-
-    def __init__(self, logdir: Path) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise ConfigError("bench outage needs redis-server on the PATH (its own broker)")
-        self.binary = binary
-        self.port = free_port()
-        self.logdir = logdir
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def __enter__(self) -> PrivateRedis:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.kill()
-        if self._log is not None:
-            self._log.close()
-
-    def start(self, timeout_s: float = 15.0) -> None:
-        if self._log is None:
-            self._log = open(self.logdir / "redis.log", "ab")  # noqa: SIM115 - closed on exit
-        self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.logdir)],
-            stdout=self._log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        client = redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1)
-        deadline = time.monotonic() + timeout_s
-        try:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"redis-server exited at start (see {self.logdir})")
-                with contextlib.suppress(redis.RedisError):
-                    if client.ping():
-                        return
-                time.sleep(0.02)
-        finally:
-            client.close()
-        raise RuntimeError(f"redis-server on port {self.port} not answering after {timeout_s} s")
-
-    def kill(self) -> None:
-        """SIGKILL: no save, no goodbye to its clients."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
 
 
 def run(

@@ -1,17 +1,25 @@
-"""Worker processes for benchmarks, the chaos run and acceptance tests."""
+"""The processes benchmarks start: worker processes and beat for benchmarks, the chaos run and
+acceptance tests, and a redis-server of a bench's own."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import TracebackType
 from typing import IO, Any
 
+import redis
+
+from agent_jobs.bench.proxy import free_port
 from agent_jobs.config import load_settings
+from agent_jobs.core.errors import ConfigError
 
 
 def control_for(prefix: str) -> Any:
@@ -145,6 +153,68 @@ def start_workers(
         stop_all(workers)  # never leave half a pool running in its own session
         raise
     return workers
+
+
+class PrivateRedis:
+    """A redis-server of the bench's own on a free port, without persistence: everything the
+    bench flushes or kills is its own. `kill` is a SIGKILL, and `start` after it brings up an
+    empty server on the same port."""
+
+    def __init__(self, logdir: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise ConfigError("this bench needs redis-server on the PATH (a broker of its own)")
+        self.binary = binary
+        self.port = free_port()
+        self.logdir = logdir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def __enter__(self) -> PrivateRedis:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.kill()
+        if self._log is not None:
+            self._log.close()
+
+    def start(self, timeout_s: float = 15.0) -> None:
+        if self._log is None:
+            self._log = open(self.logdir / "redis.log", "ab")  # noqa: SIM115 - closed on exit
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.logdir)],
+            stdout=self._log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        client = redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"redis-server exited at start (see {self.logdir})")
+                with contextlib.suppress(redis.RedisError):
+                    if client.ping():
+                        return
+                time.sleep(0.02)
+        finally:
+            client.close()
+        raise RuntimeError(f"redis-server on port {self.port} not answering after {timeout_s} s")
+
+    def kill(self) -> None:
+        """SIGKILL: no save, no goodbye to its clients."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
 
 
 class BeatProcess:

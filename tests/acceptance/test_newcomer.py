@@ -4,7 +4,8 @@
   suite refuses, in one line, a test Redis it may not flush (database 0, or the deployment's),
   and creates and drops only Postgres databases named `aj_test_*`.
 - A worker or beat started before `agent-jobs db upgrade` says so in one line and exits 3.
-- The chaos benchmark, which flushes its broker's database, refuses database 0 unless told.
+- The benchmarks that flush or kill Redis do it to a redis-server of their own
+  (tests/integration/test_bench_chaos.py, test_bench_outage.py).
 """
 
 from __future__ import annotations
@@ -155,18 +156,3 @@ def test_a_worker_or_beat_on_an_unmigrated_database_says_so_in_one_line(
     said = [ln for ln in out.splitlines() if "agent-jobs db upgrade" in ln]
     assert len(said) == 1, out
     assert "never migrated" in said[0] and unmigrated.rsplit("/", 1)[1] in said[0]
-
-
-def test_the_chaos_benchmark_refuses_to_flush_database_0(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from agent_jobs.bench.chaos import ALLOW_DB0, refuse_shared_broker_db
-    from agent_jobs.core.errors import ConfigError
-
-    monkeypatch.delenv(ALLOW_DB0, raising=False)
-    for url in ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379"):
-        with pytest.raises(ConfigError, match="database 0"):
-            refuse_shared_broker_db(url)
-    refuse_shared_broker_db("redis://127.0.0.1:6379/5")
-    monkeypatch.setenv(ALLOW_DB0, "1")
-    refuse_shared_broker_db("redis://127.0.0.1:6379/0")

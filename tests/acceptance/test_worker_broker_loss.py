@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 
-from agent_jobs.bench.outage import PrivateRedis
-from agent_jobs.bench.procs import WorkerProcess
+from agent_jobs.bench.procs import PrivateRedis, WorkerProcess
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.states import TERMINAL, Status
 from tests.support.live import live_env, wait_until
