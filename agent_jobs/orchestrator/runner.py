@@ -1,8 +1,10 @@
 """The orchestrator: claim a task, run the step for its status, commit, publish the next step.
 
-Crash anywhere and nothing is lost: before the commit the lease expires and a sweeper
-re-dispatches; after the commit the dispatch is recorded in the same row, and with late acks the
-message being processed is redelivered if the worker dies before publishing the next one.
+Crash anywhere and nothing is lost: before the commit the lease expires and the sweeper records
+a failed attempt (the worker lost: retried after backoff, a dead letter after max attempts; a
+redelivered quick step runs under a lease so that its death is counted too); after the commit
+the dispatch is recorded in the same row, and with late acks the message being processed is
+redelivered if the worker dies before publishing the next one.
 """
 
 from __future__ import annotations

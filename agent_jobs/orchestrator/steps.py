@@ -185,6 +185,61 @@ def lease_lost(task: Any, *, by: str) -> Patch:
     )
 
 
+def failed_attempt(task: Any, error: str, settings: Settings, rand: float) -> Patch:
+    """A failed attempt of `task`'s step: recorded on the row (`attempts`, `last_error`), parked
+    with backoff (`rand` in [0, 1) draws the jitter), and after `max_attempts` consecutive
+    failures a dead letter. The state is not rewritten, so the checkpoint a replay would resume
+    from is the last one committed."""
+    status = task.status
+    attempt = task.attempts + 1
+    if attempt >= settings.max_attempts:
+        # Where an effect may have been sent, or has been, a person must look: ESCALATED.
+        escalate = status in EFFECT_IN_FLIGHT or not is_legal(status, S.FAILED)
+        reason = f"{attempt} consecutive failed attempts; last: {error}"
+        return Patch(
+            to=S.ESCALATED if escalate else S.FAILED,
+            event="dead_lettered",
+            data={"reason": error, "attempts": attempt, "step": status.value},
+            attempts=attempt,
+            last_error=error,
+            dead_letter=reason,
+            outcome={"reason": reason, "attempts": attempt, "dead_letter": True},
+        )
+    rt = deep_copy(task.state.get("runtime") or {})
+    delay = backoff_s(attempt, settings.retry_base_s, settings.retry_max_s, rand * 0.999)
+    to = status
+    if status not in SELF_PARKING:
+        to = S.RETRY_WAIT  # RETRY_WAIT's own step resumes the status that failed
+        rt["resume"] = status.value
+    return Patch(
+        to=to,
+        event="step_failed",
+        data={"error": error, "attempt": attempt, "retry_in_s": round(delay, 3)},
+        state=with_runtime(None, task.state, rt),
+        attempts=attempt,
+        last_error=error,
+        wake_in_s=delay,
+    )
+
+
+# What a step whose worker died records: the lease lapsed without a commit.
+WORKER_LOST = "WorkerLost: the worker died during the step (its lease lapsed without a commit)"
+
+
+def worker_lost(task: Any, settings: Settings, rand: float) -> Patch:
+    """A lease that lapsed on a task not in EXECUTING: its worker died during the step (killed,
+    out of memory, `os._exit` in a hook) or lost the database for longer than the lease. It is
+    a failed attempt like any other (`failed_attempt`): counted, retried after the backoff, and
+    a dead letter after `max_attempts`, so a step that keeps killing its worker is bounded
+    instead of being dispatched again at once, forever. The event keeps its name,
+    `lease_expired` (naming the owner that lost it), unless the task is dead-lettered."""
+    patch = failed_attempt(task, WORKER_LOST, settings, rand)
+    lapsed = {"owner": task.lease_owner, "by": "sweeper"}
+    if patch.dead_letter is not None:
+        return replace(patch, data={**patch.data, **lapsed})
+    return replace(patch, event="lease_expired", data={**patch.data, **lapsed})
+
+
 class Steps:
     def __init__(
         self,
@@ -214,43 +269,11 @@ class Steps:
 
     def failed(self, s: Session, exc: BaseException) -> Patch:
         """Any exception that escaped a step (a hook, a write the database refused, a bug) is a
-        failed attempt: recorded on the row (`attempts`, `last_error`), parked with backoff, and
-        after `max_attempts` consecutive failures a dead letter. The state is not rewritten, so
-        the checkpoint a replay would resume from is the last one committed."""
-        error = error_text(exc)
-        status = s.task.status
-        attempt = s.task.attempts + 1
-        if attempt >= self.settings.max_attempts:
+        failed attempt (`failed_attempt`)."""
+        patch = failed_attempt(s.task, error_text(exc), self.settings, self.rand())
+        if patch.dead_letter is not None:
             self.observer.dead_letter(s.task.workflow)
-            # Where an effect may have been sent, or has been, a person must look: ESCALATED.
-            escalate = status in EFFECT_IN_FLIGHT or not is_legal(status, S.FAILED)
-            reason = f"{attempt} consecutive failed attempts; last: {error}"
-            return Patch(
-                to=S.ESCALATED if escalate else S.FAILED,
-                event="dead_lettered",
-                data={"reason": error, "attempts": attempt, "step": status.value},
-                attempts=attempt,
-                last_error=error,
-                dead_letter=reason,
-                outcome={"reason": reason, "attempts": attempt, "dead_letter": True},
-            )
-        rt = s.runtime()
-        delay = backoff_s(
-            attempt, self.settings.retry_base_s, self.settings.retry_max_s, self.rand() * 0.999
-        )
-        to = status
-        if status not in SELF_PARKING:
-            to = S.RETRY_WAIT  # RETRY_WAIT's own step resumes the status that failed
-            rt["resume"] = status.value
-        return Patch(
-            to=to,
-            event="step_failed",
-            data={"error": error, "attempt": attempt, "retry_in_s": round(delay, 3)},
-            state=with_runtime(None, s.task.state, rt),
-            attempts=attempt,
-            last_error=error,
-            wake_in_s=delay,
-        )
+        return patch
 
     def cancelled(self, s: Session) -> Patch:
         rt = s.runtime()

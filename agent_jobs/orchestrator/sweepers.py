@@ -4,6 +4,7 @@ what is due, through its partial index; each publishes only what it took in its 
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,7 +21,7 @@ from agent_jobs.orchestrator.ports import (
     Observer,
     Publisher,
 )
-from agent_jobs.orchestrator.steps import lease_lost
+from agent_jobs.orchestrator.steps import lease_lost, worker_lost
 from agent_jobs.store import Dispatch, Store, TaskRow
 
 log = logging.getLogger(__name__)
@@ -60,8 +61,10 @@ class Sweepers:
         observer: Observer | None = None,
         *,
         gated: HeldPump | None = None,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self.gated = gated
+        self._rand = rand  # the jitter of a lapsed lease's retry backoff
         self.store = store
         self.publisher = publisher
         self.settings = settings
@@ -108,14 +111,35 @@ class Sweepers:
         return cutoff
 
     def lease(self) -> int:
+        """Lapsed leases: an EXECUTING task goes to EXEC_UNKNOWN (`lease_lost`); any other
+        step's worker died, a failed attempt (`worker_lost`) that waits out its backoff. The
+        count is of tasks taken, most of which publish nothing (their retry timer does)."""
+        taken = 0
+
         def lost(task: TaskRow) -> Patch:
+            nonlocal taken
+            taken += 1
+            if task.status is not Status.EXECUTING:
+                # Its worker died mid-step: a failed attempt, bounded by max_attempts.
+                patch = worker_lost(task, self.settings, self._rand())
+                if patch.dead_letter is not None:
+                    self.observer.dead_letter(task.workflow)
+                return patch
             self.observer.reconciled("entered_unknown")  # an EXECUTING task whose holder vanished
             return lease_lost(task, by="sweeper")
 
-        n = self._drain(lambda: self.store.sweep_expired_leases(self.settings.sweep_batch, lost))
-        if n:
-            self.observer.lease_expired(n)
-        return n
+        total = 0
+        for _ in range(MAX_BATCHES):
+            taken = 0
+            batch = self.settings.sweep_batch
+            for dispatch in self.store.sweep_expired_leases(batch, lost):
+                self.publisher.publish(dispatch)
+            total += taken
+            if taken < batch:
+                break
+        if total:
+            self.observer.lease_expired(total)
+        return total
 
     def dispatch(self) -> int:
         cutoff = self.cutoff()

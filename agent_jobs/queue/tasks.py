@@ -14,16 +14,30 @@ from agent_jobs.queue.runtime import get_runtime
 log = logging.getLogger(__name__)
 
 
-@app.task(name=STEP_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def step(task_id: str, carried: Any = None) -> None:
+def redelivered(request: Any) -> bool:
+    """Whether the broker delivered this message before: put back after its worker process
+    died (Celery's reject on worker lost), at a warm shutdown, or by the broker itself. kombu's
+    virtual transports (Redis) and AMQP both say so in `delivery_info["redelivered"]`."""
+    info = getattr(request, "delivery_info", None) or {}
+    return bool(info.get("redelivered"))
+
+
+@app.task(bind=True, name=STEP_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def step(self: Any, task_id: str, carried: Any = None) -> None:
     """Claim the task, run the step for its status, commit, publish the next step. `carried`:
     what the previous step's commit passed along, if anything: the row it left, signed
     (queue/carried_rows.py), or `{"claim": 1}`, the hint that this step needs a lease.
     A database that cannot be reached is waited out, the message kept, for at most
-    `AGENT_JOBS_OUTAGE_WAIT_S` (`Orchestrator.run_step_waiting`)."""
+    `AGENT_JOBS_OUTAGE_WAIT_S` (`Orchestrator.run_step_waiting`).
+
+    A redelivered message runs its step under a lease, quick or not: a quick step has no lease,
+    so a worker that died in it (os._exit, the OOM killer) would be redelivered and die again
+    forever, uncounted. Under a lease its next death leaves the lease to lapse, and the lease
+    sweeper counts that as a failed attempt (`orchestrator.steps.worker_lost`): backoff, then a
+    dead letter after `AGENT_JOBS_MAX_ATTEMPTS`. A normal delivery pays nothing for this."""
     runtime = get_runtime()
     row = None
-    claim = is_claim_hint(carried)
+    claim = is_claim_hint(carried) or redelivered(self.request)
     if carried is not None and not claim and runtime.publisher.rows is not None:
         row = runtime.publisher.rows.decode(carried, task_id)
     runtime.orchestrator.run_step_waiting(task_id, row, claim=claim)

@@ -36,8 +36,10 @@ def _locked(q: Select[Any], dialect: str) -> Select[Any]:
 def expired_leases(
     conn: Connection, dialect: str, limit: int, lost_lease: Callable[[TaskRow], Patch]
 ) -> list[Dispatch]:
-    """Leases that lapsed: an EXECUTING task goes to EXEC_UNKNOWN through the CAS write path
-    (its call may have been sent); any other task loses the lease and is dispatched again."""
+    """Leases that lapsed: each task takes the patch `lost_lease` gives for it, through the CAS
+    write path fenced by the lapsed lease's owner and epoch — an EXECUTING task goes to
+    EXEC_UNKNOWN (its call may have been sent), any other records a failed attempt, its worker
+    lost (`orchestrator.steps.worker_lost`), and waits out its backoff."""
     q = _locked(
         select(tasks)
         .where(tasks.c.lease_expires_at < db_now())
@@ -48,33 +50,17 @@ def expired_leases(
     out: list[Dispatch] = []
     for row in conn.execute(q).all():
         task = task_from_row(row)
-        if task.status is Status.EXECUTING:
-            _, dispatch = apply_patch(
-                conn,
-                task,
-                owner=task.lease_owner,
-                epoch=task.lease_epoch,
-                patch=lost_lease(task),
-                lease_ttl_s=0,
-                actor="sweeper",
-            )
-            if dispatch is not None:
-                out.append(dispatch)
-            continue
-        cleared = conn.execute(
-            update(tasks)
-            .where(
-                (tasks.c.id == task.id)
-                & (tasks.c.lease_epoch == task.lease_epoch)
-                & (tasks.c.lease_expires_at < db_now())
-            )
-            .values(lease_owner=None, lease_expires_at=None, dispatched_at=db_now())
-        ).rowcount
-        if cleared:
-            append_event(
-                conn, task.id, "lease_expired", {"owner": task.lease_owner, "by": "sweeper"}
-            )
-            out.append(Dispatch(task.id, task.tenant_id))
+        _, dispatch = apply_patch(
+            conn,
+            task,
+            owner=task.lease_owner,
+            epoch=task.lease_epoch,
+            patch=lost_lease(task),
+            lease_ttl_s=0,
+            actor="sweeper",
+        )
+        if dispatch is not None:
+            out.append(dispatch)
     return out
 
 

@@ -30,7 +30,15 @@ from sqlalchemy import func, select
 
 from agent_jobs.core.errors import IllegalTransition, StaleTransition
 from agent_jobs.core.patch import Patch
-from agent_jobs.core.states import PARKED, RUNNABLE, TERMINAL, TRANSITIONS, Status, is_legal
+from agent_jobs.core.states import (
+    EFFECT_IN_FLIGHT,
+    PARKED,
+    RUNNABLE,
+    TERMINAL,
+    TRANSITIONS,
+    Status,
+    is_legal,
+)
 from agent_jobs.orchestrator.sweepers import Sweepers
 from agent_jobs.store import Lease, Store
 from agent_jobs.store.schema import task_events, tasks
@@ -54,6 +62,8 @@ settings.register_profile(
 PROFILE = settings.get_profile("store-machine")
 
 WORKERS = ("w1:1", "w2:2")
+# A lapsed lease's retry timer is set in the future like the machine's own (`timer_falls_due`).
+SWEEP_SETTINGS = TEST_SETTINGS.with_overrides(retry_base_s=3600.0, retry_max_s=7200.0)
 ACT = action()
 
 
@@ -70,6 +80,7 @@ class Model:
     cancel: bool = False
     transitions: int = 0
     other_events: int = 0
+    attempts: int = 0
     leases: list[Lease] = field(default_factory=list)
     claim_epochs: list[int] = field(default_factory=list)
 
@@ -320,7 +331,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule()
     def sweep_leases(self) -> None:
         publisher = RecordingPublisher()
-        Sweepers(self.store, publisher, TEST_SETTINGS, LostBroker()).lease()
+        Sweepers(self.store, publisher, SWEEP_SETTINGS, LostBroker()).lease()
         expected, went_unknown = set(), set()
         for task_id, m in self.model.items():
             if m.owner is None or m.lease_live:
@@ -334,16 +345,31 @@ class StoreMachine(RuleBasedStateMachine):
                     m.transitions + 1,
                 )
                 m.timer = "none"
-            else:
-                m.other_events += 1
+            else:  # its worker died mid-step: a failed attempt, parked or dead-lettered
+                self._worker_lost(m)
             m.owner, m.lease_live = None, False
         mine = {d.task_id for d in publisher.published if d.tenant_id == self.tenant}
-        assert mine == expected
+        assert mine == went_unknown  # the others wait out their backoff, or are finished
+        assert expected  # the precondition: some lease had lapsed
         for task_id in went_unknown:
             effect = self.store.effect(task_id, ACT.idempotency_key)
             assert effect is not None and effect.status == "unknown"
             event("sweep: EXECUTING -> EXEC_UNKNOWN")
         event("sweep took some" if expected else "sweep took none")
+
+    @staticmethod
+    def _worker_lost(m: Model) -> None:
+        m.attempts += 1
+        m.version, m.transitions = m.version + 1, m.transitions + 1
+        if m.attempts >= SWEEP_SETTINGS.max_attempts:
+            fails = m.status not in EFFECT_IN_FLIGHT and is_legal(m.status, Status.FAILED)
+            m.status, m.timer = (Status.FAILED if fails else Status.ESCALATED), "none"
+            event("sweep: worker lost, dead letter")
+            return
+        if m.status not in (Status.APPROVAL_WAIT, Status.EXEC_UNKNOWN, Status.RETRY_WAIT):
+            m.status = Status.RETRY_WAIT
+        m.timer = "future"
+        event("sweep: worker lost, a failed attempt")
 
     @rule(data=st.data())
     def request_cancel(self, data: st.DataObject) -> None:
@@ -389,6 +415,7 @@ class StoreMachine(RuleBasedStateMachine):
             # events this machine caused; `event_seq` names the last one.
             assert row.n_events == 1 + m.transitions + m.other_events == row.event_seq
             assert (row.cancel_requested_at is not None) == m.cancel
+            assert row.attempts == m.attempts
             # A lease is an owner and an expiry together; a live one only where the model has one.
             assert (row.lease_expires_at is None) == (row.lease_owner is None)
             if row.lease_expires_at is not None:

@@ -10,8 +10,10 @@ from datetime import timedelta
 import pytest
 
 from agent_jobs.core.errors import StaleTransition
+from agent_jobs.orchestrator.steps import worker_lost
 from agent_jobs.store import Lease, Store
 from agent_jobs.store.schema import tasks
+from agent_jobs.testing import TEST_SETTINGS
 from tests.contract.support import (
     OTHER,
     OWNER,
@@ -133,7 +135,7 @@ def test_renew_after_the_sweeper_took_the_lease_raises(store: Store, tenant: str
     renew nor commit."""
     lease = running(store, tenant, OWNER)
     expire_lease(store, lease.task_id)
-    store.sweep_expired_leases(100, lambda t: pytest.fail("not EXECUTING"))
+    store.sweep_expired_leases(100, lambda t: worker_lost(t, TEST_SETTINGS, 0.5))
     assert "lease_expired" in event_types(store, lease.task_id)
     with pytest.raises(StaleTransition):
         store.renew(lease, 30.0)

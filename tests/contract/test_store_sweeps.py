@@ -28,9 +28,9 @@ from sqlalchemy import (
 )
 
 from agent_jobs.core.states import Status
-from agent_jobs.orchestrator.steps import lease_lost
+from agent_jobs.orchestrator.steps import lease_lost, worker_lost
 from agent_jobs.orchestrator.sweepers import KINDS, Sweepers
-from agent_jobs.store import Dispatch, Store
+from agent_jobs.store import Store
 from agent_jobs.store import sweeps as sweep_sql
 from agent_jobs.store.schema import approvals, effects, tasks
 from agent_jobs.store.types import db_now_plus
@@ -52,9 +52,13 @@ def lost_lease_patch(task: Any) -> Any:
     return lease_lost(task, by="sweeper")
 
 
+def worker_lost_patch(task: Any) -> Any:
+    return worker_lost(task, TEST_SETTINGS, 0.5)
+
+
 PER_KIND = 150  # due tasks of each of the seven kinds below: 1,050 in all
-# Many small batches: the sweepers interleave.
-SETTINGS = TEST_SETTINGS.with_overrides(sweep_batch=25)
+# Many small batches: the sweepers interleave. A lapsed lease's retry is not due within the test.
+SETTINGS = TEST_SETTINGS.with_overrides(sweep_batch=25, retry_base_s=60.0, retry_max_s=300.0)
 
 
 @dataclass
@@ -280,7 +284,8 @@ def test_two_sweepers_at_once_dispatch_every_due_task_exactly_once(
     counts = published(pub_a, pub_b)
     twice = Counter(seeded.kind_of(t) for t, n in counts.items() if n > 1)
     assert not twice, f"tasks published more than once, by kind: {dict(twice)}"
-    assert set(counts) == set(seeded.all_due)
+    # A lapsed lease off EXECUTING is a failed attempt waiting out its backoff: not published.
+    assert set(counts) == set(seeded.all_due) - set(seeded.due["lease"])
     assert not set(counts) & set(seeded.not_due)
     # Both did some of the work on Postgres (on SQLite one may win every lock race).
     if store.dialect == "postgresql":
@@ -290,6 +295,10 @@ def test_two_sweepers_at_once_dispatch_every_due_task_exactly_once(
         row = store.get(task_id)
         assert (row.status, row.version) == (S.EXEC_UNKNOWN, 4)
         assert [e.type for e in store.events(task_id)] == ["lease_lost_during_effect"]
+    for task_id in seeded.due["lease"]:  # each counted once, whichever sweeper took it
+        row = store.get(task_id)
+        assert (row.status, row.version, row.attempts) == (S.RETRY_WAIT, 4, 1)
+        assert row.lease_owner is None and row.next_attempt_at is not None
     for task_id in seeded.due["lease"][:10]:
         assert [e.type for e in store.events(task_id)] == ["lease_expired"]
     for task_id in seeded.due["approval"][:10]:
@@ -338,10 +347,12 @@ def test_lease_sweep_of_an_owned_task_is_fenced_against_the_old_owner(
     claim mints one."""
     lease = running(store, tenant)
     shift(store, tasks, lease.task_id, lease_expires_at=-1.0)
-    out = store.sweep_expired_leases(10, lost_lease_patch)
-    assert out == [Dispatch(lease.task_id, tenant)]
+    out = store.sweep_expired_leases(10, worker_lost_patch)
+    assert out == []  # a failed attempt: parked until its backoff is over
     row = store.get(lease.task_id)
     assert row.lease_owner is None and row.lease_epoch == lease.epoch
+    assert (row.status, row.attempts) == (S.RETRY_WAIT, 1)
+    shift(store, tasks, lease.task_id, next_attempt_at=-1.0)  # its backoff is over
     assert claim(store, lease.task_id, OTHER).epoch == lease.epoch + 1
 
 
@@ -350,7 +361,7 @@ def test_lease_sweep_of_an_owned_task_is_fenced_against_the_old_owner(
 SWEEP_QUERIES: dict[str, tuple[str, Callable[[Connection, str, datetime], object]]] = {
     "lease": (
         "ix_tasks_lease_expiry",
-        lambda c, d, cut: sweep_sql.expired_leases(c, d, 50, lost_lease_patch),
+        lambda c, d, cut: sweep_sql.expired_leases(c, d, 50, worker_lost_patch),
     ),
     "dispatch": ("ix_tasks_dispatch", lambda c, d, cut: sweep_sql.lost_dispatch(c, d, 50, cut)),
     "retry": (
