@@ -51,7 +51,12 @@ def _from_process_settings() -> Mapping[str, Any]:
 
 
 # The benchmarks' own tasks are not here: `celery -A agent_jobs.bench.app` adds them.
-app = Celery("agent_jobs", include=["agent_jobs.queue.tasks", "agent_jobs.api.submit_task"])
+app = Celery(
+    "agent_jobs",
+    # kombu's Connection that shows our Redis transport as `redis://` (queue/transport.py).
+    amqp="agent_jobs.queue.transport:AMQP",
+    include=["agent_jobs.queue.tasks", "agent_jobs.api.submit_task"],
+)
 app.config_from_object(OnFirstRead(_from_process_settings))
 app.steps["consumer"].add(TenantQueues)
 # The runtime of this process is built over this app: wiring goes from here to queue/runtime.py.

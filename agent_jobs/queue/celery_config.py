@@ -17,6 +17,7 @@ from kombu import Exchange, Queue  # type: ignore[attr-defined]
 from agent_jobs.config import Settings
 from agent_jobs.core.names import control_queue, submit_queue
 from agent_jobs.orchestrator.sweepers import periods as sweep_periods
+from agent_jobs.queue.transport import transport_for
 
 # kombu's redelivery of an unacknowledged message (Redis transport): ten times the default
 # dispatch grace, so the sweepers, not redelivery, recover a step whose worker died.
@@ -29,6 +30,9 @@ def celery_settings(cfg: Settings) -> dict[str, Any]:
     control, submit = control_queue(prefix), submit_queue(prefix)
     return {
         "broker_url": cfg.broker_url,
+        # agent_jobs' subclass of kombu's Redis transport for a `redis://` URL (step acks in
+        # memory, one Redis client per channel: queue/transport.py); the wire format is kombu's.
+        "broker_transport": transport_for(cfg.broker_url),
         # A worker never exits because the broker went away: it reconnects, at start and after
         # a loss, for as long as it takes (Celery's default gives up after 100 attempts), and a
         # channel error (Redis answering LOADING while it restarts) is treated the same way.

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import redis
@@ -26,7 +23,7 @@ from agent_jobs.queue import step_message
 from agent_jobs.queue.carried_rows import CLAIM_HINT, CarriedRows
 from agent_jobs.queue.directory import TenantDirectory
 from agent_jobs.queue.gate import GatedDispatcher
-from agent_jobs.queue.step_acks import install_step_acks
+from agent_jobs.queue.transport import StepChannel
 from agent_jobs.store import Dispatch
 
 log = logging.getLogger(__name__)
@@ -41,11 +38,11 @@ class CeleryPublisher:
 
     Every step publishes the next one, so this is on the hot path: one producer (and its broker
     connection) per process and thread, kept. On Redis the message is built directly
-    (`step_message`) and handed to the producer's channel, when nothing would tell the
-    difference: the app's protocol, serializer and options are the defaults that message
-    assumes, and no one but our enqueue stamp listens to the publish signals. Otherwise Celery's
-    own protocol code (`app.amqp`) builds and sends it, still without `send_task`'s router,
-    result object and producer-pool checkout.
+    (`step_message`) and handed to the producer's channel (`StepChannel.put_step`), when
+    nothing would tell the difference: the app's protocol, serializer and options are the
+    defaults that message assumes, and no one but our enqueue stamp listens to the publish
+    signals. Otherwise Celery's own protocol code (`app.amqp`) builds and sends it, still
+    without `send_task`'s router, result object and producer-pool checkout.
     """
 
     def __init__(
@@ -113,7 +110,7 @@ class CeleryPublisher:
                 task_id, carried, queue, origin=self._origin(), enqueued_at=time.time()
             )
             try:
-                channel._put(queue, built)
+                channel.put_step(queue, built)
                 return
             except Exception as exc:
                 # Celery's path below retries a broker error by its publish policy. Should the
@@ -159,8 +156,10 @@ class CeleryPublisher:
             )
         if not self._direct_conf or not _only_our_publish_signals():
             return None
+        # Our transport's channel only (`queue/transport.py`, Celery's `broker_transport` for a
+        # `redis://` URL): kombu's own, under any other URL, publishes through Celery below.
         channel = self._producer().channel
-        return channel if isinstance(channel, _redis_channel()) else None
+        return channel if isinstance(channel, StepChannel) else None
 
     def _origin(self) -> str:
         origin: str | None = getattr(self._local, "origin", None)
@@ -199,14 +198,6 @@ def _only_our_publish_signals() -> bool:
     )
 
 
-@functools.cache
-def _redis_channel() -> type:
-    """kombu's Redis channel class (imported on first use: the module needs redis-py)."""
-    from kombu.transport.redis import Channel  # noqa: PLC0415
-
-    return Channel
-
-
 class RedisBrokerProbe:
     """A sentinel key in the broker's Redis. If it is gone, so are the queued messages."""
 
@@ -217,42 +208,3 @@ class RedisBrokerProbe:
     def lost_since_last_check(self) -> bool:
         created = self._redis.set(self._key, str(time.time()), nx=True)
         return bool(created)
-
-
-def reuse_redis_clients() -> None:
-    """Make kombu's Redis channels keep one client each instead of building one per command.
-
-    kombu's Redis transport builds a `redis.Redis` object for every publish, and for both of the
-    late-ack bookkeeping pipelines of every delivery (`conn_or_acquire` without a client). With
-    redis-py 8 that constructor fills a case-insensitive table of ~170 response callbacks each
-    time: three per step, measured at about a tenth of a worker's CPU. A client holds no
-    connection of its own (it borrows from the channel's pool per command and is safe to share),
-    so one per channel does the same work; a channel whose pool was replaced after a connection
-    error gets a new one.
-    """
-    try:
-        from kombu.transport import redis as kombu_redis  # noqa: PLC0415
-    except ImportError:  # pragma: no cover - kombu without redis-py
-        return
-    channel_cls: Any = kombu_redis.Channel
-    if getattr(channel_cls, "_agent_jobs_reuses_clients", False):
-        return
-
-    @contextmanager
-    def conn_or_acquire(self: Any, client: Any = None) -> Iterator[Any]:
-        if client:
-            yield client
-            return
-        pool = self.pool
-        cached = self.__dict__.get("_agent_jobs_client")
-        if cached is None or cached.connection_pool is not pool:
-            cached = self._create_client()
-            self.__dict__["_agent_jobs_client"] = cached
-        yield cached
-
-    channel_cls.conn_or_acquire = conn_or_acquire
-    channel_cls._agent_jobs_reuses_clients = True
-
-
-reuse_redis_clients()
-install_step_acks()

@@ -14,6 +14,9 @@ fairness is unchanged), a warm shutdown and a rejection with requeue put it back
 and a worker killed outright loses it — which the sweepers repeat, as they would today (the
 visibility timeout is ten times longer than the grace). Every other message (submissions,
 sweeps, a plain Celery task of the benchmarks) keeps kombu's bookkeeping. `broker` turns this off.
+
+`StepQoS` is the QoS of agent_jobs' own channel class (`queue/transport.py`), which Celery uses
+through its `broker_transport` setting; kombu's own Redis channel is left as kombu ships it.
 """
 
 from __future__ import annotations
@@ -146,9 +149,3 @@ class StepQoS(_RedisQoS):  # type: ignore[misc]
                 message._raw, info["exchange"], info["routing_key"], pipe, leftmost
             )
             pipe.execute()
-
-
-def install_step_acks() -> None:
-    """Give kombu's Redis channels the QoS above (idempotent)."""
-    channel_cls: Any = kombu_redis.Channel
-    channel_cls.QoS = StepQoS

@@ -14,7 +14,8 @@ import redis
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
 from agent_jobs.queue import step_acks
-from agent_jobs.queue.step_acks import STEP_TASK, install_step_acks
+from agent_jobs.queue.step_acks import STEP_TASK
+from agent_jobs.queue.transport import Transport
 
 
 @pytest.fixture
@@ -33,8 +34,7 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def conn(redis_url: str, queue: Queue, client: redis.Redis) -> Iterator[Connection]:
-    install_step_acks()
-    with Connection(redis_url) as c:
+    with Connection(redis_url, transport=Transport) as c:
         yield c
     client.delete(queue.name)
 

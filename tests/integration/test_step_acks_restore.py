@@ -16,7 +16,8 @@ import pytest
 import redis
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
-from agent_jobs.queue.step_acks import STEP_TASK, install_step_acks
+from agent_jobs.queue.step_acks import STEP_TASK
+from agent_jobs.queue.transport import Transport
 
 pytestmark = [pytest.mark.redis]
 
@@ -56,8 +57,7 @@ def _receive(conn: Connection, queue: Queue, tasks: list[str]) -> tuple[Any, lis
 def test_closing_a_collected_channel_with_unacked_messages_does_not_raise(
     redis_url: str, queue: Queue, tasks: list[str]
 ) -> None:
-    install_step_acks()
-    conn = Connection(redis_url)
+    conn = Connection(redis_url, transport=Transport)
     try:
         channel, got = _receive(conn, queue, tasks)
         assert len(channel.qos._delivered) == len(tasks)
