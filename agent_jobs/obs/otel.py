@@ -25,7 +25,6 @@ import queue
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -36,6 +35,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from agent_jobs import __version__
+from agent_jobs.obs.observers import Observers
 from agent_jobs.obs.tracing import SEMCONV, SpanRecord, spans_from_events
 
 log = logging.getLogger(__name__)
@@ -220,70 +220,15 @@ class TraceExport:
                 self._pending.task_done()
 
 
-class TracingObserver:
-    """An orchestrator `Observer` that forwards every hook to `inner` (another `Observer`: obs
-    sits below the orchestrator, so the port is not named here) and exports a task's trace when
-    the task ends."""
+class TracingObserver(Observers):
+    """`inner` (another `Observer`: obs sits below the orchestrator, so the port is not named
+    here) and the trace export, as one observer list (`obs/observers.py`): every hook reaches
+    `inner`; the export hears `task_ended` (after `inner`) and exports the task's trace."""
 
     def __init__(self, inner: Any, export: TraceExport) -> None:
+        super().__init__(inner, export)
         self.inner = inner
         self.export = export
-
-    def task_ended(self, task_id: str) -> None:
-        self.inner.task_ended(task_id)
-        self.export.task_ended(task_id)
-
-    def transition(self, workflow: str, frm: str, to: str) -> None:
-        self.inner.transition(workflow, frm, to)
-
-    def step(self, status: str, seconds: float, result: str) -> None:
-        self.inner.step(status, seconds, result)
-
-    def lease_expired(self, count: int) -> None:
-        self.inner.lease_expired(count)
-
-    def reconciled(self, result: str) -> None:
-        self.inner.reconciled(result)
-
-    def dead_letter(self, workflow: str) -> None:
-        self.inner.dead_letter(workflow)
-
-    def stale_commit(self) -> None:
-        self.inner.stale_commit()
-
-    def task_created(self, workflow: str, via: str) -> None:
-        self.inner.task_created(workflow, via)
-
-    def policy_decision(self, policy_version: str, decision: str) -> None:
-        self.inner.policy_decision(policy_version, decision)
-
-    def model_call(
-        self,
-        route: str,
-        outcome: str,
-        *,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-        cached_input_tokens: int = 0,
-        cost: Decimal | float = 0,
-    ) -> None:
-        self.inner.model_call(
-            route,
-            outcome,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cached_input_tokens=cached_input_tokens,
-            cost=cost,
-        )
-
-    def tool_call(self, tool: str, outcome: str) -> None:
-        self.inner.tool_call(tool, outcome)
-
-    def unauthorised_action(self, tool: str) -> None:
-        self.inner.unauthorised_action(tool)
-
-    def held(self, reason: str) -> None:
-        self.inner.held(reason)
 
 
 _exports: dict[int, TraceExport] = {}
