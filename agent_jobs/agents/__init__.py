@@ -4,6 +4,8 @@ your own agent")."""
 
 from agent_jobs.agents.agent import Agent
 from agent_jobs.agents.claims import Claim
+from agent_jobs.agents.declaration import Declaration, Phase
+from agent_jobs.agents.declare import Effect
 from agent_jobs.agents.facts import Facts
 from agent_jobs.agents.openapi import OpenApiTools, Operation, openapi_tools
 from agent_jobs.agents.policy import (
@@ -27,9 +29,12 @@ __all__ = [
     "Call",
     "Claim",
     "Decision",
+    "Declaration",
+    "Effect",
     "Facts",
     "OpenApiTools",
     "Operation",
+    "Phase",
     "Policy",
     "Rule",
     "Threshold",

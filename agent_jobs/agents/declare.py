@@ -41,11 +41,14 @@ DEFAULT_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True)
 class Effect:
-    """How an effect is reconciled: its lookup tool and the argument that carries the key."""
+    """How an effect is reconciled: its lookup tool and the argument that carries the key.
+    `key`: its key template, when declared apart from the tool (a `Declaration`); the executor
+    derives keys from the tool's descriptor, which `Declaration.check` holds to this one."""
 
     tool: str
     lookup: str
     lookup_arg: str
+    key: str | None = None
 
 
 def versioned(version: str, schema: dict[str, Any]) -> str:

@@ -5,7 +5,7 @@ The output schema is the agent's own: a `tool_calls` proposal, or a `final_draft
 are the agent's declared claim types (nothing refund-specific). After every call, billed or not,
 the gateway's usage is written into the state the step commits (budgets hold across retries,
 resumes and workers) and each billed call becomes a `chat` event (tokens, cost, route, model;
-never prompt or completion content). A gateway error maps to the task as the refund agent's do:
+never prompt or completion content). A gateway error maps to the task as for every workflow:
 budget spent: ESCALATED; provider down or output invalid after repair: RETRY_WAIT; provider
 refusal or an unknown pinned route: FAILED.
 """
@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent_jobs.agents.chat import CHAT_EVENT, chat_event, tool_specs
 from agent_jobs.agents.claims import Claim, claim_schema
 from agent_jobs.agents.facts import Facts
 from agent_jobs.core.errors import ConfigError, InvalidInput
@@ -36,7 +37,6 @@ from agent_jobs.gateway import (
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.orchestrator.ports import NullObserver, Observer
 from agent_jobs.tools import ToolDescriptor
-from agent_jobs.workflows.refund.model import CHAT_EVENT, chat_event, tool_specs
 
 # What one tool result or note may take of the prompt, and how many the prompt replays.
 MAX_ENTRY_CHARS = 4000

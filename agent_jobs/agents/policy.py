@@ -65,26 +65,36 @@ Rule = Callable[[Call, Facts], Decision | None]
 @dataclass(frozen=True)
 class Threshold:
     """Above `above[currency]` (minor units) of the argument `amount`, an effect of `tools`
-    (all effects when empty) needs approval; a currency not listed always does."""
+    (all effects when empty) needs approval; a currency not listed always does. `inclusive`:
+    at or above (a policy worded "INR 1,000 or more")."""
 
     above: Mapping[str, int]
     amount: str = "amount_minor"
     currency: str = "currency"
     tools: frozenset[str] = frozenset()
+    inclusive: bool = False
 
     def applies(self, call: Call) -> bool:
         return not self.tools or call.tool in self.tools
+
+    def limit(self, currency: str) -> int | None:
+        """The limit in `currency`, or None: not covered, so every amount asks a person."""
+        return self.above.get(currency)
+
+    def exceeded(self, amount: int, limit: int) -> bool:
+        return amount >= limit if self.inclusive else amount > limit
 
     def decide(self, call: Call) -> Decision | None:
         amount = call.args.get(self.amount)
         currency = call.args.get(self.currency)
         if isinstance(amount, bool) or not isinstance(amount, int):
             return needs_approval(f"no integer {self.amount} to compare with a threshold")
-        limit = self.above.get(str(currency))
+        limit = self.limit(str(currency))
         if limit is None:
             return needs_approval(f"no threshold for currency {str(currency)[:8]!r}")
-        if amount > limit:
-            return needs_approval(f"{self.amount} {amount} {currency} above {limit}")
+        if self.exceeded(amount, limit):
+            word = "at or above" if self.inclusive else "above"
+            return needs_approval(f"{self.amount} {amount} {currency} {word} {limit}")
         return None
 
 
@@ -129,10 +139,16 @@ class Policy:
 
 
 def approval_above(
-    above: Mapping[str, int], *, amount: str = "amount_minor", currency: str = "currency"
+    above: Mapping[str, int],
+    *,
+    amount: str = "amount_minor",
+    currency: str = "currency",
+    tools: Sequence[str] = (),
+    inclusive: bool = False,
 ) -> Threshold:
-    """`Threshold` for every effect: `approval_above({"EUR": 10000})` asks above EUR 100.00."""
+    """`Threshold` for `tools` (every effect when empty): `approval_above({"EUR": 10000})` asks
+    above EUR 100.00; with `inclusive=True`, at EUR 100.00 too."""
     for code, limit in above.items():
         if not re.fullmatch(r"[A-Z]{3}", code) or isinstance(limit, bool) or limit < 0:
             raise ConfigError(f"threshold {code!r}: a 3-letter currency and a limit >= 0")
-    return Threshold(dict(above), amount, currency)
+    return Threshold(dict(above), amount, currency, frozenset(tools), inclusive)

@@ -6,10 +6,13 @@ the agent must start while the model provider is down), or given by a test (`Age
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from agent_jobs.agents.routes import routes_and_providers
 from agent_jobs.core.errors import ConfigError
-from agent_jobs.gateway import ModelGateway, ScriptedProvider
+from agent_jobs.gateway import ModelGateway, ModelRequest, ProviderRejected, ScriptedProvider
 from agent_jobs.gateway.providers.scripted import Rules
 from agent_jobs.gateway.slots import model_slots_for
 from agent_jobs.orchestrator.ports import NullObserver, Observer
@@ -27,18 +30,28 @@ class AgentServices:
 
 def services_from_settings(route: str, scripted: Rules | None) -> AgentServices:
     """The gateway of `AGENT_JOBS_MODEL_ROUTES` (or the built-in scripted route), with the
-    agent's scripted model, when it has one, serving the `scripted` provider."""
+    agent's scripted model serving the `scripted` provider. An agent without one is refused
+    by that provider (the task fails, naming why) rather than answered by another's script."""
     from agent_jobs.config import load_settings  # noqa: PLC0415 - read at first use
-    from agent_jobs.obs.metrics import PrometheusObserver  # noqa: PLC0415 - see refund wiring
-    from agent_jobs.workflows.refund.wiring import routes_and_providers  # noqa: PLC0415
+
+    # Imported here: prometheus_client must load after a worker chose its multiprocess mode.
+    from agent_jobs.obs.metrics import PrometheusObserver  # noqa: PLC0415
 
     cfg = load_settings()
-    routes, providers = routes_and_providers(cfg.model_routes)
-    if scripted is not None:
-        providers["scripted"] = ScriptedProvider(scripted)
+    routes, providers = routes_and_providers(
+        cfg.model_routes, ScriptedProvider(scripted or _unscripted)
+    )
     gateway = ModelGateway(routes, providers, model_slots=model_slots_for(cfg))
     try:
         gateway.route(route)
     except ConfigError as exc:  # the agent's route must exist before its first task
         raise ConfigError(f"agent model route {route}: {exc}") from None
     return AgentServices(gateway, HmacCredentialProvider.from_env(), PrometheusObserver())
+
+
+def _unscripted(request: ModelRequest) -> Mapping[str, Any]:
+    raise ProviderRejected(
+        404,
+        "this agent declares no scripted model (Agent(scripted_model=...))",
+        provider="scripted",
+    )

@@ -17,6 +17,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from agent_jobs.agents.audit import BufferedAudit
 from agent_jobs.agents.claims import check_claims
 from agent_jobs.agents.declare import EXECUTE, RECONCILE, REPLY, WORK, found_of
 from agent_jobs.agents.facts import Facts, record
@@ -38,7 +39,6 @@ from agent_jobs.tools import (
     ToolCall,
     ToolExecutor,
 )
-from agent_jobs.workflows.refund.toolcalls import BufferedAudit
 
 if TYPE_CHECKING:
     from agent_jobs.agents.agent import Agent

@@ -37,7 +37,7 @@ EXCEEDS_REFUNDABLE = "exceeds_refundable"
 CURRENCY_NOT_COVERED = "currency_not_covered"
 
 
-def _int_arg(args: dict[str, Any], name: str) -> int | None:
+def _int_arg(args: Mapping[str, Any], name: str) -> int | None:
     value = args.get(name)
     # bool is an int in Python; `True` is not an amount.
     if isinstance(value, bool) or not isinstance(value, int):
@@ -45,9 +45,37 @@ def _int_arg(args: dict[str, Any], name: str) -> int | None:
     return value
 
 
-def _str_arg(args: dict[str, Any], name: str) -> str | None:
+def _str_arg(args: Mapping[str, Any], name: str) -> str | None:
     value = args.get(name)
     return value if isinstance(value, str) and value else None
+
+
+def ledger_denial(args: Mapping[str, Any], facts: LedgerFacts) -> str | None:
+    """The first POL-REF-004 check the proposed refund fails on the ledger facts, or None.
+    Shared with the refund agent's declaration (`workflows/refund/agent.py`), whose
+    `agents.Policy` rule runs these same checks."""
+    payment_id = _str_arg(args, "payment_id")
+    amount = _int_arg(args, "amount_minor")
+    currency = _str_arg(args, "currency")
+    # The executor validates the schema too, but policy runs first and must not trust shape.
+    if payment_id is None or amount is None or amount <= 0 or currency is None:
+        return INVALID_ARGS
+    pay = facts.payment(payment_id)
+    if pay is None or not pay.was_captured:
+        return PAYMENT_NOT_CAPTURED
+    # A payment id lifted from an injected note may belong to another order.
+    if facts.order is not None and pay.order_id != facts.order.order_id:
+        return PAYMENT_NOT_IN_ORDER
+    if not facts.duplicate_capture_confirmed(payment_id):
+        return NO_DUPLICATE_CAPTURE
+    if currency != pay.currency:
+        return CURRENCY_MISMATCH
+    # The policy refunds a duplicate once, in full; anything already refunded goes to a human.
+    if facts.refunded_minor(payment_id) > 0:
+        return ALREADY_REFUNDED
+    if amount > facts.refundable_minor(payment_id):
+        return EXCEEDS_REFUNDABLE
+    return None
 
 
 class RefundPolicy:
@@ -65,28 +93,12 @@ class RefundPolicy:
         """Deny, require approval, or allow one proposed `refunds.create` call."""
         if call.tool != REFUND_TOOL or call.tool_version not in REFUND_TOOL_VERSIONS:
             return deny(UNKNOWN_TOOL)
-        # The executor validates the schema too, but policy runs first and must not trust shape.
-        payment_id = _str_arg(call.args, "payment_id")
-        amount = _int_arg(call.args, "amount_minor")
-        currency = _str_arg(call.args, "currency")
-        if payment_id is None or amount is None or amount <= 0 or currency is None:
-            return deny(INVALID_ARGS)
-
-        pay = facts.payment(payment_id)
-        if pay is None or not pay.was_captured:
-            return deny(PAYMENT_NOT_CAPTURED)
-        # A payment id lifted from an injected note may belong to another order.
-        if facts.order is not None and pay.order_id != facts.order.order_id:
-            return deny(PAYMENT_NOT_IN_ORDER)
-        if not facts.duplicate_capture_confirmed(payment_id):
-            return deny(NO_DUPLICATE_CAPTURE)
-        if currency != pay.currency:
-            return deny(CURRENCY_MISMATCH)
-        # The policy refunds a duplicate once, in full; anything already refunded goes to a human.
-        if facts.refunded_minor(payment_id) > 0:
-            return deny(ALREADY_REFUNDED)
-        if amount > facts.refundable_minor(payment_id):
-            return deny(EXCEEDS_REFUNDABLE)
+        reason = ledger_denial(call.args, facts)
+        if reason is not None:
+            return deny(reason)
+        # ledger_denial checked both: an integer amount > 0 and a currency.
+        amount = int(call.args["amount_minor"])
+        currency = str(call.args["currency"])
 
         threshold = self.approval_thresholds_minor.get(currency)
         if threshold is None:

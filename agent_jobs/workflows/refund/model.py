@@ -12,13 +12,12 @@ error does to the task is decided here, from its type:
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
-from agent_jobs.core.contracts import EventView
+from agent_jobs.agents.chat import CHAT_EVENT as CHAT_EVENT  # noqa: PLC0414 - re-exported
+from agent_jobs.agents.chat import calls_from_events as calls_from_events  # noqa: PLC0414 - re-exported
+from agent_jobs.agents.chat import chat_event, tool_specs
 from agent_jobs.core.copies import deep_copy
 from agent_jobs.core.errors import ConfigError, InvalidInput
 from agent_jobs.gateway import (
@@ -29,17 +28,15 @@ from agent_jobs.gateway import (
     ModelCapSaturated,
     ModelRequest,
     ModelUnavailable,
-    ToolSpec,
 )
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.orchestrator.ports import Observer
 from agent_jobs.tools import ToolDescriptor
 from agent_jobs.verify import redact
 from agent_jobs.workflows.refund import state as st
-from agent_jobs.workflows.refund.prompts import PROMPT_VERSION, bounded, build_messages
-from agent_jobs.workflows.refund.wiring import ROUTE_KEY, RefundServices
-
-CHAT_EVENT = "chat"
+from agent_jobs.workflows.refund.agent import REFUND
+from agent_jobs.workflows.refund.prompts import bounded, build_messages
+from agent_jobs.workflows.refund.wiring import RefundServices
 
 
 @dataclass(frozen=True)
@@ -48,63 +45,6 @@ class Asked:
 
     state: dict[str, Any]
     proposal: dict[str, Any]
-
-
-def chat_event(call: CallRecord, *, route: str, step_type: str, outcome: str) -> dict[str, Any]:
-    """The `chat` span of one billed call: what it cost, never what it said."""
-    return {
-        "gen_ai.operation.name": "chat",
-        "step_type": step_type,
-        "route": route,
-        "provider": call.provider,
-        "model": call.model,
-        "input_tokens": call.input_tokens,
-        "output_tokens": call.output_tokens,
-        "cached_input_tokens": call.cached_input_tokens,
-        "tokens_reported": call.tokens_reported,
-        "cost_inr": str(call.cost),
-        "latency_ms": call.latency_ms,
-        "purpose": call.purpose,
-        "fallback": call.fallback,
-        "outcome": outcome,
-    }
-
-
-def calls_from_events(events: Iterable[EventView]) -> list[CallRecord]:
-    """The billed calls of a task, from its `chat` events (the gateway's own figures)."""
-    out = []
-    for e in events:
-        if e.type != CHAT_EVENT:
-            continue
-        d = e.data
-        out.append(
-            CallRecord(
-                input_tokens=int(d.get("input_tokens", 0)),
-                output_tokens=int(d.get("output_tokens", 0)),
-                cached_input_tokens=int(d.get("cached_input_tokens", 0)),
-                provider=str(d.get("provider", "")),
-                model=str(d.get("model", "")),
-                purpose="repair" if d.get("purpose") == "repair" else "propose",
-                fallback=bool(d.get("fallback", False)),
-                tokens_reported=bool(d.get("tokens_reported", True)),
-                cost=Decimal(str(d.get("cost_inr", "0"))),
-                latency_ms=int(d.get("latency_ms", 0)),
-            )
-        )
-    return out
-
-
-def tool_specs(descriptors: Iterable[ToolDescriptor]) -> list[ToolSpec]:
-    """What the model is shown of the tools: name, description, argument schema. No more."""
-    return [_tool_spec(d) for d in descriptors]
-
-
-@functools.lru_cache(maxsize=1024)
-def _tool_spec(d: ToolDescriptor) -> ToolSpec:
-    """One spec per registered descriptor, made once: the gateway then finds the same schema
-    objects on every call and reuses what it derived from them (core/memo.py). Descriptors are
-    frozen, and compare by identity."""
-    return ToolSpec(name=d.name, description=d.description, parameters=dict(d.args_schema))
 
 
 def _record(
@@ -145,10 +85,12 @@ def ask(
 ) -> Asked | wf.StepDecision:
     """One model decision point. Returns the proposal, or the decision a failure calls for."""
     state = deep_copy(state)
-    route = str(inp.pinned.get("model_route") or ROUTE_KEY)
+    route = str(inp.pinned.get("model_route") or REFUND.model_route)
     prompt = inp.pinned.get("prompt")
-    if prompt != PROMPT_VERSION:
-        return wf.Fail(f"task is pinned to prompt {prompt!r}; this worker ships {PROMPT_VERSION}")
+    if prompt != REFUND.prompt_version:
+        return wf.Fail(
+            f"task is pinned to prompt {prompt!r}; this worker ships {REFUND.prompt_version}"
+        )
     who = st.customer(state)
     request = ModelRequest(
         tenant_id=inp.tenant_id,

@@ -26,6 +26,7 @@ from agent_jobs.policy import CURRENT
 from agent_jobs.tools import Ok, Rejected, ToolCall, ToolDescriptor
 from agent_jobs.tools.refund_tools import STEP_INVESTIGATE, STEP_RECONCILE
 from agent_jobs.workflows.refund import state as st
+from agent_jobs.workflows.refund.agent import REFUND, REFUND_EFFECT
 from agent_jobs.workflows.refund.model import Asked, ask
 from agent_jobs.workflows.refund.toolcalls import run_one, run_reads
 from agent_jobs.workflows.refund.wiring import RefundServices
@@ -39,12 +40,8 @@ MAX_REAPPROVALS = 3  # grants that expired unused before the task escalates
 MAX_CONFIRM_REREADS = 4
 CONFIRM_BACKOFF_S = (0.5, 1.0, 2.0, 4.0)
 
-# The tools each decision point may show the model (and run, for reads).
-STEP_TOOLS = {
-    "investigate": ("orders.get", "payments.list", "refunds.list"),
-    "retrieve_policy": ("policy.search", "policy.get"),
-    "decide": ("refunds.create", "refunds.list"),
-}
+# The tools each decision point may show the model (and run, for reads): its declared phases.
+STEP_TOOLS = {p.name: p.tools for p in REFUND.phases if p.tools}
 _PHASE_STEP = {"investigate": "investigate", "policy": "retrieve_policy"}
 _REASON = re.compile(r"^[a-z0-9_]{1,64}$")
 
@@ -285,10 +282,12 @@ def act(c: Ctx, args: dict[str, Any]) -> wf.StepDecision:
     """Turn the proposed refund into an exact `Action` for the gate: pinned tool version, key
     derived from the request and the payment (the action's identity, never the attempt)."""
     state = c.state
-    d = c.services.tools.get("refunds.create")
-    version = (c.inp.pinned.get("tools") or {}).get("refunds.create")
+    d = c.services.tools.get(REFUND_EFFECT.tool)
+    version = (c.inp.pinned.get("tools") or {}).get(REFUND_EFFECT.tool)
     if d is None or d.version != version or d.idempotency_key_template is None:
-        return wf.Fail(f"refunds.create is not available at the pinned version {version}", state)
+        return wf.Fail(
+            f"{REFUND_EFFECT.tool} is not available at the pinned version {version}", state
+        )
     try:
         key = derive_idempotency_key(
             d.idempotency_key_template, {**args, "request_id": c.request_id}
@@ -359,11 +358,11 @@ def confirm(c: Ctx) -> wf.StepDecision:
     """The deterministic verification read: the refund as the ledger has it now."""
     state = c.state
     key = str(state.get("refund_key"))
-    args = {"idempotency_key": key}
+    args = {REFUND_EFFECT.lookup_arg: key}
     outcome = run_one(
         c.services,
         c.inp,
-        ToolCall(tool="refunds.get_by_key", args=args),
+        ToolCall(tool=REFUND_EFFECT.lookup, args=args),
         STEP_RECONCILE,
         c.request_id,
     )
@@ -380,7 +379,7 @@ def confirm(c: Ctx) -> wf.StepDecision:
     if not rows:
         return _lagging(c)
     state.pop("confirm_lag", None)
-    st.record_tool(state, "refunds.get_by_key", args, result=result)
+    st.record_tool(state, REFUND_EFFECT.lookup, args, result=result)
     state["refund"] = rows[0]
     state["phase"] = "draft"
     return wf.Observe(state, note="refund confirmed in the ledger")

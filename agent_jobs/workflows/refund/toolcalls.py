@@ -14,16 +14,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from agent_jobs.agents.audit import BufferedAudit
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.tools import (
-    AuditRecord,
     ExecContext,
-    LoggingAuditSink,
     Outcome,
     PolicyStamp,
     ToolCall,
     ToolExecutor,
 )
+from agent_jobs.workflows.refund.agent import REFUND_EFFECT
 from agent_jobs.workflows.refund.wiring import RefundServices
 
 MAX_PARALLEL_READS = 4
@@ -44,28 +44,6 @@ def _read_pool() -> ThreadPoolExecutor:
             _pool = ThreadPoolExecutor(MAX_PARALLEL_READS, thread_name_prefix="aj-reads")
             _pool_pid = os.getpid()
         return _pool
-
-
-class BufferedAudit:
-    """An `AuditSink` that logs each record and keeps it for the task's event log."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.records: list[AuditRecord] = []
-        self._log = LoggingAuditSink()
-
-    def record(self, record: AuditRecord) -> None:
-        self._log.record(record)
-        with self._lock:
-            self.records.append(record)
-
-    def flush(self, inp: wf.StepInput, scope: str) -> None:
-        """Append one `execute_tool <name>` event per record (the ids are the task's own)."""
-        with self._lock:
-            records, self.records = self.records, []
-        for r in records:
-            data = r.model_dump(mode="json", exclude={"tenant_id", "task_id", "trace_id"})
-            inp.emit(r.span_name, {**data, "step_scope": scope})
 
 
 def _counted(services: RefundServices, audit: BufferedAudit) -> Any:
@@ -151,7 +129,7 @@ def refund_call(
 ) -> ToolCall:
     """The refund write with its key and the stamp of the decision (and grant) it rests on."""
     return ToolCall(
-        tool="refunds.create",
+        tool=REFUND_EFFECT.tool,
         args=args,
         idempotency_key=key,
         policy_decision=PolicyStamp(

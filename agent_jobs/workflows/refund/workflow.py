@@ -45,22 +45,14 @@ from agent_jobs.verify import (
 )
 from agent_jobs.workflows.refund import phases
 from agent_jobs.workflows.refund import state as st
-from agent_jobs.workflows.refund.prompts import PROMPT_VERSION
+from agent_jobs.workflows.refund.agent import REFUND, REFUND_EFFECT
 from agent_jobs.workflows.refund.toolcalls import refund_call, run_one
-from agent_jobs.workflows.refund.wiring import ROUTE_KEY, RefundServices, services_from_env
+from agent_jobs.workflows.refund.wiring import RefundServices, services_from_env
 
-NAME = "refund_resolution"
-VERSION = 3
-# Tool schema versions a task is pinned to (as the registry of this release ships them).
-TOOL_VERSIONS = {
-    "orders.get": "1",
-    "payments.list": "1",
-    "refunds.list": "1",
-    "policy.search": "1",
-    "policy.get": "1",
-    "refunds.get_by_key": "1",
-    "refunds.create": "2",
-}
+NAME = REFUND.name
+VERSION = REFUND.version
+# Tool schema versions a task is pinned to (declared in `agent.py`).
+TOOL_VERSIONS = dict(REFUND.tools)
 MAX_MESSAGE_CHARS = 4000
 _ORDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 INPUT_FIELDS = ("message", "channel", "order_id")
@@ -133,12 +125,7 @@ class RefundWorkflow:
     def pinned(self) -> dict[str, Any]:
         # Policy is recorded as the version in force at the start, but is always evaluated at
         # the current version: acting under a rescinded rule is worse than being inconsistent.
-        return {
-            "prompt": PROMPT_VERSION,
-            "model_route": ROUTE_KEY,
-            "policy": CURRENT,
-            "tools": dict(TOOL_VERSIONS),
-        }
+        return REFUND.pinned()
 
     def check_input(self, input: dict[str, Any]) -> None:
         """Refuse an invalid submission before a task exists (`InputCheck`)."""
@@ -218,8 +205,8 @@ class RefundWorkflow:
         return wf.EffectUnknown(f"{reason}: {outcome.message}"[:200])
 
     def reconcile(self, inp: wf.StepInput, action: Action) -> wf.ReconcileResult:
-        args = {"idempotency_key": action.idempotency_key}
-        call = ToolCall(tool="refunds.get_by_key", args=args)
+        args = {REFUND_EFFECT.lookup_arg: action.idempotency_key}
+        call = ToolCall(tool=REFUND_EFFECT.lookup, args=args)
         outcome = run_one(self.services, inp, call, STEP_RECONCILE, self._request_id(inp))
         if not isinstance(outcome, Ok):
             return wf.LookupFailed(getattr(outcome, "code", "unknown"))
@@ -239,8 +226,8 @@ class RefundWorkflow:
         state = {k: v for k, v in inp.state.items() if k != "runtime"}
         refund = dict(result.get("refund") or {})
         by_key = result.get("found_by") == "idempotency_key"
-        tool = "refunds.get_by_key" if by_key else "refunds.create"
-        args = {"idempotency_key": action.idempotency_key} if by_key else dict(action.args)
+        tool = REFUND_EFFECT.lookup if by_key else REFUND_EFFECT.tool
+        args = {REFUND_EFFECT.lookup_arg: action.idempotency_key} if by_key else dict(action.args)
         st.record_tool(state, tool, args, result=refund)
         state.update(
             refund=refund,
