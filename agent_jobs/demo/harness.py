@@ -140,7 +140,7 @@ def timeline(
             if e.to_status
             else " " * 30
         )
-        by = e.data.get("by") or e.data.get("approver") or ""
+        by = worker_name(str(e.data.get("by") or e.data.get("approver") or ""))
         rows.append(
             f"  +{offset:7.3f}s  {move} {e.type:<{type_width}} {by:<8} {describe(e)}".rstrip()
         )

@@ -68,6 +68,8 @@ def _run(where: str) -> int:
         wait_for(
             "A-200 to wait for approval", lambda: store.get(big).status is Status.APPROVAL_WAIT
         )
+        # A-100 needs no person: let it finish first, so the fault armed next is A-200's.
+        wait_for("A-100 to finish", lambda: store.get(small).status in TERMINAL)
         (approval,) = store.list_approvals("acme", status="pending", task_id=big)
         print(f"- A-200 (EUR 250.00) waits for a person: {approval.approval_id}: {approval.reason}")
         shop.arm("timeout_after_commit")
