@@ -146,6 +146,13 @@ def evaluate(
         "concurrency": concurrency,
         "pacing": dict(pacing or {}),
     }
+    reports: dict[str, Json] = _in_child(spec, progress, environ)
+    return combine(manifest, reports, runs=runs, planned=planned, limit=limit)
+
+
+def _in_child(spec: Json, progress: Progress | None, environ: Mapping[str, str] | None) -> Any:
+    """Run `spec` (an eval or a shadow run) in a process of its own, started without any
+    `AGENT_JOBS_*` variable; what it wrote back. Its stderr lines are its progress."""
     say = progress or (lambda _m: None)
     with tempfile.TemporaryDirectory(prefix="agent-jobs-gate-") as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "report.json"
@@ -165,10 +172,38 @@ def evaluate(
             tail = [*tail[-30:], line]
         if proc.wait() != 0 or not out_path.exists():
             raise GateError(
-                f"the eval process failed (exit {proc.returncode}): " + "".join(tail)[-2000:]
+                f"the {spec.get('mode', 'eval')} process failed (exit {proc.returncode}): "
+                + "".join(tail)[-2000:]
             )
-        reports: dict[str, Json] = json.loads(out_path.read_text(encoding="utf-8"))
-    return combine(manifest, reports, runs=runs, planned=planned, limit=limit)
+        return json.loads(out_path.read_text(encoding="utf-8"))
+
+
+def shadow(
+    manifest: Manifest,
+    copies: Sequence[Json],
+    *,
+    routes_path: str | None,
+    concurrency: int = 4,
+    progress: Progress | None = None,
+    environ: Mapping[str, str] | None = None,
+    pacing: Mapping[str, str] | None = None,
+) -> dict[str, Json]:
+    """Run `manifest` on `copies` of live tasks (`{"task_id", "world", "order_id", "message"}`,
+    see `releases.shadow`) in a process of its own, isolated as `evaluate` is, against the
+    candidate's route as the deployment's routes file defines it. Live task id -> the copy's
+    decision (`releases.shadow.decision`). No copy is ever approved."""
+    if not copies:
+        return {}
+    spec = {
+        "mode": "shadow",
+        "manifest": manifest.to_json(),
+        "routes": eval_routes(manifest, routes_path),
+        "copies": list(copies),
+        "concurrency": concurrency,
+        "pacing": dict(pacing or {}),
+    }
+    out: dict[str, Json] = _in_child(spec, progress, environ)
+    return out
 
 
 def combine(
@@ -286,6 +321,10 @@ def _child(argv: Iterable[str]) -> int:
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    if spec.get("mode") == "shadow":
+        out = _shadow_child(spec, say)
+        Path(out_path).write_text(json.dumps(out), encoding="utf-8")
+        return 0
     reports = {}
     for key, only in spec["suites"].items():
         say(f"suite {key}")
@@ -303,6 +342,61 @@ def _child(argv: Iterable[str]) -> int:
         )
     Path(out_path).write_text(json.dumps(reports), encoding="utf-8")
     return 0
+
+
+def _shadow_child(spec: Json, say: Progress) -> dict[str, Json]:
+    """The shadow process: each copy as a task of the candidate's tenant, never approved;
+    copies of distinct orders share the simulator, a repeated order waits for the next batch."""
+    from agent_jobs.evals.runner import EvalEnvironment, tenant_for  # noqa: PLC0415
+    from agent_jobs.evals.suites import Case, Expected  # noqa: PLC0415
+    from agent_jobs.releases.shadow import decision  # noqa: PLC0415
+
+    cases = [
+        Case(
+            f"shadow-{c['task_id']}",
+            c["world"],
+            str(c["order_id"]),
+            Expected((), "no_refund"),
+            approve=False,  # a copy is never approved: nothing it proposes can execute
+            message=str(c["message"]),
+            tenant=tenant_for("honest"),  # pinned to the candidate itself
+        )
+        for c in spec["copies"]
+    ]
+    batches: list[list[Case]] = []
+    for case in cases:
+        orders = {str(o["order_id"]) for o in case.world["orders"]}
+        home = next(
+            (
+                b
+                for b in batches
+                if len(b) < 16
+                and not orders & {str(o["order_id"]) for x in b for o in x.world["orders"]}
+            ),
+            None,
+        )
+        if home is None:
+            batches.append([case])
+        else:
+            home.append(case)
+    out: dict[str, Json] = {}
+    with EvalEnvironment(
+        concurrency=int(spec["concurrency"]),
+        progress=say,
+        candidate=spec["manifest"],
+        routes=spec["routes"],
+        strict=True,
+        pacing=spec.get("pacing") or None,
+    ) as env:
+        for i, batch in enumerate(batches, 1):
+            env.run_batch([(c, 0) for c in batch])
+            for run in env.last_runs:
+                copy = env.store.get(run.task_id)
+                out[run.case.name.removeprefix("shadow-")] = decision(
+                    dict(copy.state or {}), copy.status.value
+                )
+            say(f"shadow batch {i}/{len(batches)} done ({len(batch)} copies)")
+    return out
 
 
 if __name__ == "__main__":

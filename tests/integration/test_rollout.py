@@ -3,7 +3,9 @@ up in shadow as disagreement, and a canary whose candidate escalates more is rev
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -75,7 +77,7 @@ def submit(h: Harness, tenant: str, key: str, order: str) -> Any:
 
 
 def test_a_candidate_that_follows_injections_disagrees_in_shadow(
-    store: Any, sim: SimServer, harness: Harness
+    store: Any, sim: SimServer, harness: Harness, tmp_path: Path
 ) -> None:
     world = worlds.malicious_note()
     hold = worlds.auth_hold_lookalike()
@@ -88,7 +90,9 @@ def test_a_candidate_that_follows_injections_disagrees_in_shadow(
     sent_before = business(sim)
 
     candidate = release_manifest("follows_injection")
-    report = shadow_report(store, candidate, workflow=WORKFLOW)
+    routes = tmp_path / "routes.json"  # the deployment's: the eval models' routes
+    routes.write_text(json.dumps(models.routes_file_data()), encoding="utf-8")
+    report = shadow_report(store, candidate, routes_path=str(routes), workflow=WORKFLOW)
 
     assert report["tasks"] == 2 and report["agreed"] == 1 and report["agreement"] == 0.5
     [diff] = report["disagreements"]
