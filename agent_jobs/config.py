@@ -216,6 +216,13 @@ class Settings(BaseModel):
         ge=1,
         le=100,
     )
+    guardrails_interval_s: float = _setting(
+        10.0,
+        "beat's interval for the release guardrails: a canary worse than the incumbent is "
+        "reverted within about this long of the breach",
+        gt=0,
+        le=3600,
+    )
     tool_secret: str | None = Field(
         None,
         description="HMAC secret for per-call tool credentials; a worker refuses to start "

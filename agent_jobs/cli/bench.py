@@ -181,6 +181,28 @@ def cmd_outage(args: argparse.Namespace) -> int:
     return 1 if bad else 0  # a task lost or an effect applied twice
 
 
+def cmd_guardrails(args: argparse.Namespace) -> int:
+    from agent_jobs.bench import guardrails  # noqa: PLC0415
+
+    say = None if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    result = guardrails.run(interval_s=args.interval, timeout_s=args.timeout, progress=say)
+    _print(result, args.json, guardrails.render)
+    return 0 if result["reverted"] else 1  # the degraded canary stayed live
+
+
+def _register_guardrails(bsub: Any) -> None:
+    g = bsub.add_parser(
+        "guardrails",
+        help="a canary whose model degrades: how soon beat's guardrails revert it, its exposure",
+    )
+    g.add_argument(
+        "--interval", type=float, default=10.0, help="AGENT_JOBS_GUARDRAILS_INTERVAL_S for the run"
+    )
+    g.add_argument("--timeout", type=float, default=120.0, help="give up after this long")
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(func=cmd_guardrails)
+
+
 def _guarded(command: Any) -> Any:
     """A benchmark starts worker processes in sessions of their own: on SIGTERM, unwind through
     the `finally` blocks that stop them instead of leaving them running."""
@@ -271,6 +293,7 @@ def register(sub: Any) -> None:
     _register_history(bsub)
     _register_recovery(bsub)
     _register_outage(bsub)
+    _register_guardrails(bsub)
     _add_wipe(bsub)  # last: every benchmark registered above gets `--wipe`
 
 

@@ -1,5 +1,6 @@
 """`agent-jobs incidents tasks ...` and `agent-jobs dead-letters replay ...`.
 
+agent-jobs incidents tasks --release RELEASE_ID [--json]
 agent-jobs incidents tasks --since 2026-03-14T10:00Z [--until ...] [--tool refunds.create
     [--tool-version 2]] [--prompt P] [--model-route R] [--workflow W] [--policy-version V]
     [--tenant T] [--json]
@@ -51,7 +52,28 @@ def _json(value: Any) -> str:
     return json.dumps(plain(value), default=str, indent=2, sort_keys=True)
 
 
+def _release_tasks(args: argparse.Namespace) -> int:
+    """The tasks a release escalated or failed (a reverted canary's exposure)."""
+    from agent_jobs.queue.runtime import get_runtime  # noqa: PLC0415
+    from agent_jobs.releases.rollout import ReleaseService  # noqa: PLC0415
+
+    rows = ReleaseService(get_runtime().store).escalated_tasks(args.release, limit=args.limit)
+    if args.json:
+        print(_json(rows))
+        return 0
+    for t in rows:
+        print(f"{t.task_id}  {t.tenant_id}  {t.status}  release={t.release}  "
+              f"created {t.created_at:%Y-%m-%d %H:%M:%S}")  # fmt: skip
+    if not rows:
+        print("(no tasks match)", file=sys.stderr)
+    return 0
+
+
 def cmd_incident_tasks(args: argparse.Namespace) -> int:
+    if args.release:
+        return _release_tasks(args)
+    if not args.since:
+        raise InvalidInput("pass --since (a window) or --release (what a release escalated)")
     f = IncidentFilter(
         since=parse_time(args.since),
         until=parse_time(args.until) if args.until else datetime.now(UTC),
@@ -111,7 +133,12 @@ def register(sub: Any) -> None:
     p = cmds.add_parser(
         "tasks", help="tasks in a window that used a tool, prompt, route, workflow or policy"
     )
-    p.add_argument("--since", required=True, help="ISO 8601 (UTC unless a zone is given)")
+    p.add_argument("--since", help="ISO 8601 (UTC unless a zone is given); needed unless --release")
+    p.add_argument(
+        "--release",
+        help="the tasks this release escalated or failed (e.g. a reverted canary's); "
+        "replay one on the incumbent with `agent-jobs release replay`",
+    )
     p.add_argument("--until", help="ISO 8601 (default: now)")
     p.add_argument("--tool", help="e.g. refunds.create")
     p.add_argument("--tool-version")

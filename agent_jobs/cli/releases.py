@@ -90,13 +90,32 @@ def register(sub: Any) -> None:  # noqa: PLR0915 - one parser per subcommand
     ca.add_argument("--actor", default=ACTOR)
     ca.set_defaults(func=cmd_canary)
 
-    sh = rs.add_parser("shadow", help="run the release on copies of recent live tasks; agreement")
+    sh = rs.add_parser(
+        "shadow",
+        help="run the release on copies of recent live tasks, in an isolated process against "
+        "the deployment's routes; how often its decisions agree with the live ones",
+    )
     sh.add_argument("release_id")
     sh.add_argument("--window-s", type=float, default=3600.0)
     sh.add_argument("--limit", type=int, default=50)
+    sh.add_argument("--quiet", action="store_true", help="no progress lines")
     sh.set_defaults(func=cmd_shadow)
 
-    g = rs.add_parser("guardrails", help="check the canary's window; revert it on a breach")
+    rp = rs.add_parser(
+        "replay",
+        help="replay a task a (reverted) release escalated, once, as a new task on the "
+        "incumbent; a second replay of the same task is refused",
+    )
+    rp.add_argument("task_id")
+    rp.add_argument("--reason", required=True)
+    rp.add_argument("--actor", default=ACTOR)
+    rp.set_defaults(func=cmd_replay)
+
+    g = rs.add_parser(
+        "guardrails",
+        help="check the canary's window now; revert it on a breach (beat also runs this every "
+        "AGENT_JOBS_GUARDRAILS_INTERVAL_S)",
+    )
     g.add_argument("--workflow", default="refund_resolution@3")
     g.add_argument("--window-s", type=float, default=3600.0)
     g.set_defaults(func=cmd_guardrails)
@@ -194,19 +213,40 @@ def cmd_canary(args: argparse.Namespace) -> int:
 
 
 def cmd_shadow(args: argparse.Namespace) -> int:
+    from agent_jobs.config import load_settings  # noqa: PLC0415
     from agent_jobs.releases.shadow import shadow_report  # noqa: PLC0415
 
     svc = _service()
     manifest = svc.manifest(args.release_id)
+    say = None if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     _print(
         shadow_report(
             svc.store,
             manifest.to_json(),
+            routes_path=load_settings().model_routes,
             workflow=manifest.workflow,
             window_s=args.window_s,
             limit=args.limit,
+            progress=say,
         )
     )
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from agent_jobs.queue.runtime import get_runtime  # noqa: PLC0415
+
+    svc = _service()
+    task, created = svc.replay_on_incumbent(
+        get_runtime().orchestrator, args.task_id, args.actor, args.reason
+    )
+    if not created:
+        print(
+            f"agent-jobs: error: {args.task_id} was already replayed, as {task.id}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"{args.task_id} replayed as {task.id} on {task.pinned.get('release')}")
     return 0
 
 

@@ -55,7 +55,7 @@ app = Celery(
     "agent_jobs",
     # kombu's Connection that shows our Redis transport as `redis://` (queue/transport.py).
     amqp="agent_jobs.queue.transport:AMQP",
-    include=["agent_jobs.queue.tasks", "agent_jobs.api.submit_task"],
+    include=["agent_jobs.queue.tasks", "agent_jobs.api.submit_task", "agent_jobs.releases.tasks"],
 )
 app.config_from_object(OnFirstRead(_from_process_settings))
 app.steps["consumer"].add(TenantQueues)

@@ -18,6 +18,7 @@ from agent_jobs.config import Settings
 from agent_jobs.core.names import control_queue, submit_queue
 from agent_jobs.orchestrator.sweepers import periods as sweep_periods
 from agent_jobs.queue.transport import transport_for
+from agent_jobs.releases.schedule import beat_entries as release_beat_entries
 
 # kombu's redelivery of an unacknowledged message (Redis transport): ten times the default
 # dispatch grace, so the sweepers, not redelivery, recover a step whose worker died.
@@ -95,7 +96,8 @@ def celery_settings(cfg: Settings) -> dict[str, Any]:
                 "options": {"expires": max(1.0, every)},
             }
             for kind, every in sweep_periods(cfg.sweep_interval_s).items()
-        },
+        }
+        | release_beat_entries(cfg),  # the release guardrails (AGENT_JOBS_GUARDRAILS_INTERVAL_S)
     }
 
 

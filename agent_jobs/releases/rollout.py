@@ -299,6 +299,69 @@ class ReleaseService:
             result["reverted"] = True
         return result
 
+    def check_all_guardrails(
+        self, guardrails: Guardrails | None = None, actor: str = "guardrails"
+    ) -> dict[str, dict[str, Any]]:
+        """`check_guardrails` for every workflow with a canary running (what beat runs every
+        `AGENT_JOBS_GUARDRAILS_INTERVAL_S`). A canary changed meanwhile is skipped: the next
+        run sees the new one."""
+        out = {}
+        for workflow in self.store.canary_workflows():
+            try:
+                out[workflow] = self.check_guardrails(workflow, guardrails, actor)
+            except ReleaseConflict as exc:
+                out[workflow] = {"skipped": str(exc), "reverted": False, "breaches": []}
+        return out
+
+    def escalated_tasks(self, release_id: str, limit: int = 1000) -> list[Any]:
+        """The tasks created under `release_id` that escalated or failed (its exposure)."""
+        self.store.get_release(release_id)  # an unknown release is RecordNotFound, not []
+        return self.store.release_tasks(release_id, limit=limit)  # type: ignore[no-any-return]
+
+    def replay_on_incumbent(
+        self, orchestrator: Any, task_id: str, actor: str, reason: str
+    ) -> tuple[Any, bool]:
+        """Create a new task from the input of `task_id` (escalated or failed under a release
+        that is not the incumbent), pinned to its workflow's incumbent; (the task, created).
+        Once: the new task's idempotency key is derived from `task_id`, so a second replay finds
+        the first and is refused (`created` False), whoever asks. Audited in the history."""
+        from agent_jobs.core.contracts import TaskRequest  # noqa: PLC0415
+
+        task = self.store.get(task_id)
+        pinned_to = (task.pinned or {}).get("release")
+        if task.status.value not in ("ESCALATED", "FAILED"):
+            raise ReleaseConflict(f"task {task_id} is {task.status.value}, not escalated")
+        cur = self._rollout(task.workflow)
+        incumbent = cur.incumbent if cur else None
+        if pinned_to is None or pinned_to == incumbent:
+            raise ReleaseConflict(
+                f"task {task_id} ran on the incumbent ({incumbent or 'built-in pins'}): "
+                "nothing to replay it on"
+            )
+        if self.store.release_pins(task.tenant_id, task.workflow).get("release") != incumbent:
+            raise ReleaseConflict(
+                f"a new task of {task.tenant_id} would not run on the incumbent {incumbent} "
+                "(a canary or a tenant pin still routes it elsewhere): revert that first"
+            )
+        request = TaskRequest(workflow=task.workflow, input=dict(task.input))
+        created = orchestrator.submit(
+            task.tenant_id, f"release-replay:{task_id}", request, requester=actor, via="replay"
+        )
+        if created.created:
+            self.store.record_release_event(
+                task.workflow,
+                "replay",
+                release_id=incumbent,
+                actor=actor,
+                reason=reason,
+                data={
+                    "task_id": task_id,
+                    "from_release": pinned_to,
+                    "replay_task_id": created.task.id,
+                },
+            )
+        return created.task, bool(created.created)
+
     def set_phase(
         self, tenant_id: str, workflow: str, phase: str, evidence: dict[str, Any], actor: str
     ) -> None:

@@ -392,6 +392,58 @@ class ReleaseStore(StoreBase):
             for r in rows
         ]
 
+    def canary_workflows(self) -> list[str]:
+        """Workflows with a canary running: what the guardrails beat checks."""
+        c = release_rollouts.c
+        q = select(c.workflow).where((c.mode == "canary") & c.candidate.is_not(None))
+        with self.engine.connect() as conn:
+            return sorted(str(w) for w in conn.execute(q).scalars())
+
+    def release_tasks(
+        self,
+        release_id: str,
+        statuses: tuple[str, ...] = ("ESCALATED", "FAILED"),
+        limit: int = 1000,
+    ) -> list[PinnedTask]:
+        """Tasks created under `release_id` (its pin) in one of `statuses`, oldest first: what a
+        bad canary escalated, for `incidents tasks --release` and the replay on the incumbent."""
+        release = tasks.c.pinned["release"].as_string()
+        q = (
+            select(
+                tasks.c.id,
+                tasks.c.tenant_id,
+                tasks.c.status,
+                tasks.c.state,
+                tasks.c.outcome,
+                tasks.c.created_at,
+            )
+            .where((release == release_id) & tasks.c.status.in_(statuses))
+            .order_by(tasks.c.created_at, tasks.c.id)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).all()
+        return [
+            PinnedTask(
+                r.id,
+                r.tenant_id,
+                release_id,
+                r.status,
+                dict(r.state or {}),
+                dict(r.outcome) if r.outcome is not None else None,
+                r.created_at,
+            )
+            for r in rows
+        ]
+
+    def record_release_event(
+        self, workflow: str, action: str, *, release_id: str | None, actor: str, reason: str,
+        data: dict[str, Any] | None,
+    ) -> None:  # fmt: skip
+        """An audit row with no change to what is live (a replay on the incumbent)."""
+        with self.tx() as conn:
+            self._history(conn, workflow, action, release_id, actor, reason, data)
+
     def release_history(self, workflow: str | None = None, limit: int = 200) -> list[HistoryRow]:
         q = select(release_history).order_by(release_history.c.id.desc()).limit(limit)
         if workflow is not None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agent_jobs.config import from_environ
+from agent_jobs.config import Settings, from_environ
 from agent_jobs.orchestrator.sweepers import periods
 from agent_jobs.queue.celery_config import app_settings, celery_settings, override_settings
 
@@ -173,8 +173,12 @@ def test_celery_settings_is_a_pure_function_of_its_settings(
     }
     assert b["broker_transport_options"]["polling_interval"] == 1.0
     assert {k: v["schedule"] for k, v in b["beat_schedule"].items()} == {
-        f"sweep-{kind}": every for kind, every in periods(5.0).items()
+        **{f"sweep-{kind}": every for kind, every in periods(5.0).items()},
+        "release-guardrails": 10.0,  # AGENT_JOBS_GUARDRAILS_INTERVAL_S's default
     }
+    guarded = celery_settings(Settings(guardrails_interval_s=2.5))["beat_schedule"]
+    assert guarded["release-guardrails"]["schedule"] == 2.5
+    assert guarded["release-guardrails"]["task"] == "agent_jobs.release.guardrails"
     assert a["beat_schedule"]["sweep-lease"]["schedule"] == 1.0  # the embedded sweep interval
     for conf in (a, b):
         assert conf["task_acks_late"] and conf["task_reject_on_worker_lost"]
