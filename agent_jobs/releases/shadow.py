@@ -13,12 +13,25 @@ from datetime import timedelta
 from typing import Any
 
 from agent_jobs.sim import worlds
+from agent_jobs.sim.models import WorldData
 
 SHADOW_TENANT = "shadow"
 
 
 def world_from_task(state: dict[str, Any]) -> dict[str, Any] | None:
-    """The business systems as the live task saw them (its successful reads), or None."""
+    """The business systems as the live task saw them (its successful reads), or None when
+    they cannot be rebuilt (no order read, or reads the simulator's records refuse: what a
+    live task stored came from outside, so a malformed one is skipped, never fatal)."""
+    try:
+        world = _world_from_reads(state)
+        if world is not None:
+            WorldData.model_validate(world)  # what the shadow process's simulator will load
+    except (AttributeError, KeyError, TypeError, ValueError):  # ValidationError is a ValueError
+        return None
+    return world
+
+
+def _world_from_reads(state: dict[str, Any]) -> dict[str, Any] | None:
     order: dict[str, Any] | None = None
     payments: list[dict[str, Any]] = []
     refunds: list[dict[str, Any]] = []
@@ -92,7 +105,7 @@ def live_copies(
     out = []
     for t in live:
         world = world_from_task(t.state)
-        if world is None:
+        if world is None:  # nothing to copy (no order read, or unreadable reads)
             continue
         message = str((t.state.get("request") or {}).get("message") or "")
         order_id = str(world["orders"][0]["order_id"])
