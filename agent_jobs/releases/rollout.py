@@ -356,7 +356,7 @@ class ReleaseService:
                 reason=reason,
                 data={
                     "task_id": task_id,
-                    "from_release": pinned_to,
+                    "from": pinned_to,  # the API lists it in that release's audit trail too
                     "replay_task_id": created.task.id,
                 },
             )

@@ -88,7 +88,7 @@ def test_a_reverted_canary_s_escalations_are_listed_and_replayed_once(
     assert audit.actor == "alice" and audit.reason == "canary reverted"
     assert audit.data == {
         "task_id": escalated[0].id,
-        "from_release": "eval-loops",
+        "from": "eval-loops",
         "replay_task_id": first.id,
     }
     # A task of the incumbent itself has nothing to be replayed on.
