@@ -8,17 +8,20 @@ keeps its hooks but declares the rest on this surface, in one place:
         name="refund_resolution", version=3, prompt=SYSTEM, prompt_version="refund-v7",
         model_route="support-tier2@2026-03",
         tools={"orders.get": "1", ..., "refunds.create": "2"},
+        order=("investigate", "policy", "decide", "confirm", "draft", "verify"),
         phases=(Phase("investigate", ("orders.get", "payments.list"), "Step: investigate ..."),
-                ...),
+                Phase("retrieve_policy", ("policy.search",), "...", at="policy"), ...),
         effects=(Effect("refunds.create", "refunds.get_by_key", "idempotency_key",
                         key="refund:{request_id}:{payment_id}"),),
         policy=POL_REF_004, claims=(DuplicateCharge, RefundSubmitted, ...))
 
-The workflow reads it: what a task is pinned to (`pinned`), the tools a phase may show the model
-(`phase(name).tools`), how an effect is keyed and reconciled (`effect(tool)`), the policy version
-and thresholds. `check(registry)` holds the tools a process registers to the declaration (the
-versions pinned, each effect's key template and lookup), so a registry that drifted from what
-tasks are pinned to fails at start, not in the middle of a task.
+The workflow reads it: what a task is pinned to (`pinned`), the order of its phases (`order`,
+`after`), the tools a phase may show the model (`phase(name).tools`), how an effect is keyed
+and reconciled (`effect(tool)`), the policy the gate decides by (`authorize`, at the task's
+version: `policy_at`) and the claim classes a reply is parsed as. `check(registry)` holds the
+tools a process registers to the declaration (the versions pinned, each effect's key template
+and lookup), so a registry that drifted from what tasks are pinned to fails at start, not in
+the middle of a task.
 """
 
 from __future__ import annotations
@@ -31,8 +34,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from agent_jobs.agents.declare import Effect
-from agent_jobs.agents.policy import Policy
+from agent_jobs.agents.facts import Facts
+from agent_jobs.agents.policy import Call, Policy
+from agent_jobs.core.contracts import Action
 from agent_jobs.core.errors import ConfigError
+from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.tools import ToolDescriptor, ToolRegistry
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -41,14 +47,17 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 @dataclass(frozen=True)
 class Phase:
     """A decision point with its own tool scope: the model is shown, and may run, only `tools`
-    (none: it drafts); `instruction` is what it is told the step is for."""
+    (none: it drafts); `instruction` is what it is told the step is for; `at` is the task phase
+    (a name in the declaration's `order`) it runs in, its own name unless given."""
 
     name: str
     tools: tuple[str, ...] = ()
     instruction: str = ""
+    at: str = ""
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
+        object.__setattr__(self, "at", self.at or self.name)
+        if not _NAME.match(self.name) or not _NAME.match(self.at):
             raise ConfigError(f"phase {self.name[:70]!r}: a snake_case name")
         object.__setattr__(self, "tools", tuple(self.tools))
 
@@ -69,6 +78,13 @@ class Declaration:
     # The kinds of claim a reply may make: pydantic models with a `type` literal, checked by
     # the agent's verifier against the facts (`agents.Claim` subclasses carry their own check).
     claims: Sequence[type[BaseModel]] = ()
+    # Superseded versions of `policy` still shipped, to decide tasks pinned to them (a release
+    # pins its policy version) and to replay old decisions.
+    policies: Sequence[Policy] = ()
+    # The task phases in the order a task goes through them (`after`); the decision points
+    # run in some of them (`Phase.at`), deterministic code in the others (a confirming read,
+    # verification). Empty: the decision points' own order.
+    order: Sequence[str] = ()
     _phases: dict[str, Phase] = field(init=False, repr=False, compare=False)
     _effects: dict[str, Effect] = field(init=False, repr=False, compare=False)
 
@@ -82,6 +98,16 @@ class Declaration:
         object.__setattr__(self, "phases", tuple(self.phases))
         object.__setattr__(self, "effects", tuple(self.effects))
         object.__setattr__(self, "claims", tuple(self.claims))
+        object.__setattr__(self, "policies", tuple(self.policies))
+        object.__setattr__(self, "order", tuple(self.order) or tuple(p.at for p in self.phases))
+        if len(set(self.order)) != len(self.order) or not all(map(_NAME.match, self.order)):
+            raise ConfigError(f"{where}: the order names each phase once, in snake_case")
+        stray = sorted({p.at for p in self.phases} - set(self.order))
+        if stray:
+            raise ConfigError(f"{where}: decision points in no ordered phase: {', '.join(stray)}")
+        versions = [p.version for p in (self.policy, *self.policies)]
+        if len(set(versions)) != len(versions):
+            raise ConfigError(f"{where}: a policy version declared twice")
         phases = {p.name: p for p in self.phases}
         effects = {e.tool: e for e in self.effects}
         if len(phases) != len(self.phases) or len(effects) != len(self.effects):
@@ -119,11 +145,50 @@ class Declaration:
         except KeyError:
             raise ConfigError(f"agent {self.name}: no phase {name[:70]!r}") from None
 
+    def after(self, phase: str) -> str:
+        """The task phase that follows `phase` in the declared order."""
+        if phase not in self.order or phase == self.order[-1]:
+            raise ConfigError(f"agent {self.name}: no phase after {phase[:70]!r}")
+        return self.order[self.order.index(phase) + 1]
+
+    def step_at(self, phase: str) -> Phase | None:
+        """The decision point that runs in task phase `phase`, or None (deterministic code)."""
+        return next((p for p in self.phases if p.at == phase), None)
+
     def effect(self, tool: str) -> Effect:
         try:
             return self._effects[tool]
         except KeyError:
             raise ConfigError(f"agent {self.name}: {tool[:70]!r} is not an effect") from None
+
+    def policy_at(self, version: str) -> Policy | None:
+        """The declared policy at exactly `version` (current or superseded), or None."""
+        return next((p for p in (self.policy, *self.policies) if p.version == version), None)
+
+    def authorize(
+        self,
+        policy: Policy,
+        action: Action,
+        facts: Facts,
+        pinned: Mapping[str, Any],
+        *,
+        autonomy_minor: int | None = None,
+    ) -> wf.Authorization:
+        """The gate's decision on `action` under `policy` (one of this agent's): refused when the
+        tool is not at the version the task was pinned to (its schema changed under the task),
+        else what `policy` decides with the operator's autonomy cap."""
+        if action.tool_version != (pinned.get("tools") or {}).get(action.tool):
+            return wf.Authorization("deny", policy.version, "tool_version_not_pinned")
+        effects = frozenset(e.tool for e in self.effects)
+        said = policy.evaluate(
+            Call(action.tool, action.args, action.tool_version),
+            facts,
+            effects,
+            autonomy_minor=autonomy_minor,
+        )
+        if said.kind == "needs_approval":
+            return wf.Authorization(said.kind, policy.version, said.reason, policy.approval_ttl_s)
+        return wf.Authorization(said.kind, policy.version, said.reason)
 
     @staticmethod
     def claim_type(model: type[BaseModel]) -> str:

@@ -22,7 +22,7 @@ from agent_jobs.agents.claims import check_claims
 from agent_jobs.agents.declare import EXECUTE, RECONCILE, REPLY, WORK, found_of
 from agent_jobs.agents.facts import Facts, record
 from agent_jobs.agents.model import Asked, ask, usage
-from agent_jobs.agents.policy import Call, Decision, Policy, needs_approval
+from agent_jobs.agents.policy import Call
 from agent_jobs.core.contracts import Action
 from agent_jobs.core.errors import InvalidInput
 from agent_jobs.core.hashing import derive_idempotency_key
@@ -244,25 +244,15 @@ def authorize(agent: Agent, inp: wf.StepInput, action: Action) -> wf.Authorizati
         return wf.Authorization("deny", policy.version, "unknown_tool")
     if action.tool_version != d.version or (pinned is not None and pinned != d.version):
         return wf.Authorization("deny", policy.version, "tool_version_not_pinned")
+    # The operator's incident lever (`autonomy_threshold`) is the policy's `autonomy`: what the
+    # policy allows goes to a person above the cap, or at 0 for every effect.
     said = policy.evaluate(
-        Call(action.tool, action.args), Facts.of(inp.state), frozenset(agent.effects)
+        Call(action.tool, action.args, action.tool_version),
+        Facts.of(inp.state),
+        frozenset(agent.effects),
+        autonomy_minor=autonomy_threshold_minor(inp.tenant_id),
     )
-    if said.kind == "allow":
-        said = _autonomy(policy, action, autonomy_threshold_minor(inp.tenant_id)) or said
     return wf.Authorization(said.kind, policy.version, said.reason, policy.approval_ttl_s)
-
-
-def _autonomy(policy: Policy, action: Action, cap: int | None) -> Decision | None:
-    """The operator's incident lever (`autonomy_threshold`): above the cap, or at 0 for every
-    effect, what the policy allows goes to a person instead. It never lowers the policy's own
-    thresholds; an effect without an integer amount asks whenever a cap is set."""
-    if cap is None:
-        return None
-    field = next((t.amount for t in policy.thresholds if t.applies(Call(action.tool, {}))), None)
-    amount = action.args.get(field or "amount_minor")
-    if cap == 0 or isinstance(amount, bool) or not isinstance(amount, int) or amount > cap:
-        return needs_approval(f"operator autonomy cap {cap}")
-    return None
 
 
 def execute(agent: Agent, inp: wf.StepInput, action: Action) -> wf.EffectOutcome:

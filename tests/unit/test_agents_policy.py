@@ -109,3 +109,42 @@ def test_claims_a_model_invents_never_verify(raw: list[dict[str, Any]]) -> None:
     _, failures = check_claims(CLAIMS, raw, NO_FACTS)
     # With no effect in the facts, nothing a model writes can be shown true.
     assert failures
+
+
+def test_a_policy_words_its_reasons_and_places_the_autonomy_cap() -> None:
+    """What the refund agent's gate needs from the surface: its bundle's exact reasons, the
+    autonomy cap before the limits, and the schema versions its rules were written for."""
+    from agent_jobs.agents.policy import Autonomy
+
+    facts = Facts(input={}, reads=(), effects=())
+    effects = frozenset({"pay"})
+    worded = Policy(
+        "PAY@2",
+        thresholds=[
+            approval_above(
+                {"INR": 100_000},
+                inclusive=True,
+                reason="{policy}: >= {currency} {limit_major:,}",
+                uncovered="currency_not_covered",
+            )
+        ],
+        tool_versions={"pay": frozenset({"2"})},
+        autonomy=Autonomy(inclusive=True, before_limits=True, reason="cap >= {cap}"),
+    )
+    at_limit = Call("pay", {"amount_minor": 100_000, "currency": "INR"}, "2")
+    assert worded.evaluate(at_limit, facts, effects).reason == "PAY@2: >= INR 1,000"
+    # Before the limits: the cap's reason is the one given, at the cap too (inclusive).
+    said = worded.evaluate(at_limit, facts, effects, autonomy_minor=100_000)
+    assert (said.kind, said.reason) == ("needs_approval", "cap >= 100000")
+    # ... but after the uncovered currency.
+    usd = Call("pay", {"amount_minor": 1, "currency": "USD"}, "2")
+    assert worded.evaluate(usd, facts, effects, autonomy_minor=0).reason == "currency_not_covered"
+    assert worded.evaluate(Call("pay", at_limit.args, "1"), facts, effects).reason == "unknown_tool"
+    # The default: the cap only once the policy allows, strictly above it.
+    plain = Policy("PAY@1", thresholds=[approval_above({"INR": 100_000})])
+    small = Call("pay", {"amount_minor": 5_000, "currency": "INR"})
+    assert plain.evaluate(small, facts, effects, autonomy_minor=5_000).kind == "allow"
+    said = plain.evaluate(small, facts, effects, autonomy_minor=4_999)
+    assert (said.kind, said.reason) == ("needs_approval", "operator autonomy cap 4999")
+    said = plain.evaluate(at_limit, facts, effects, autonomy_minor=0)
+    assert said.reason == "operator autonomy cap 0"
