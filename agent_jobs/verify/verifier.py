@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 
 from agent_jobs.core.contracts import Frozen
-from agent_jobs.verify.claims import Claim, DuplicateCharge, NoRefund, PolicyCited, RefundSubmitted
+from agent_jobs.verify.claims import Claim, RefundSubmitted
 from agent_jobs.verify.facts import VerifiedFacts
 
 
@@ -93,32 +93,9 @@ def _blank_token(text: str, known: str) -> str:
     return "".join(parts)
 
 
-def _check_claim(claim: Claim, facts: VerifiedFacts, claims: Sequence[Claim]) -> list[str]:
-    if isinstance(claim, DuplicateCharge):
-        ids = set(claim.payment_ids)
-        if len(ids) < 2 or not ids <= facts.captures:
-            return ["duplicate_charge_unsupported"]
-    elif isinstance(claim, RefundSubmitted):
-        r = facts.refunds.get(claim.refund_id)
-        if (
-            r is None
-            or r.amount_minor != claim.amount_minor
-            or facts.refund_claim_status(claim.refund_id) != claim.status
-        ):
-            return [f"refund_mismatch:{claim.refund_id}"]
-    elif isinstance(claim, PolicyCited):
-        if (claim.doc, claim.version) not in facts.policy_docs:
-            return [f"policy_not_retrieved:{claim.doc}"]
-    elif isinstance(claim, NoRefund):
-        if facts.own_refund_ids:
-            return ["no_refund_contradicts_ledger"]
-        if any(isinstance(c, RefundSubmitted) for c in claims):
-            return ["no_refund_contradicts_claims"]
-    return []
-
-
 def verify_claims(claims: Sequence[Claim], facts: VerifiedFacts) -> Verdict:
-    """Check each claim against the facts, per the seed's `verifyClaims`.
+    """Check each claim against the facts by the claim's own check (`CheckedClaim.check`),
+    whatever classes the agent declared; per the seed's `verifyClaims` for the refund's four.
 
     A duplicate charge needs at least two distinct payment ids, all observed captures; a refund
     must exist with the claimed amount and the claimed status (a "settled" claim fails while the
@@ -127,7 +104,7 @@ def verify_claims(claims: Sequence[Claim], facts: VerifiedFacts) -> Verdict:
     """
     failures: list[str] = []
     for claim in claims:
-        failures.extend(_check_claim(claim, facts, claims))
+        failures.extend(claim.check(facts, claims))
     return Verdict(ok=not failures, failures=failures)
 
 

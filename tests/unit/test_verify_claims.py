@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import pytest
 from pydantic import ValidationError
@@ -19,6 +20,7 @@ from agent_jobs.verify import (
     verify_claims,
     verify_draft,
 )
+from agent_jobs.verify.claims import CheckedClaim
 
 
 def pay(pid: str, kind: str = "capture") -> dict[str, Any]:
@@ -217,3 +219,47 @@ def test_text_naming_anything_unverified_fails(text: str, failure: str) -> None:
 
 def test_a_refund_id_in_the_ledger_but_not_in_the_claims_still_fails_the_text() -> None:
     assert check_text(SEED_REPLY, GOOD[:1], facts()) == ["unverified_refund_id:rf_3301"]
+
+
+# -- claims check themselves: the verifier runs whatever classes an agent declares ------------
+
+
+class _PaymentSeen(CheckedClaim):
+    """A claim declared outside the verifier: the payment it names was read."""
+
+    type: Literal["payment_seen"] = "payment_seen"
+    payment_id: str
+
+    def check(self, facts: VerifiedFacts, claims: Sequence[CheckedClaim]) -> list[str]:
+        seen = self.payment_id in facts.payment_amounts
+        return [] if seen else [f"payment_not_seen:{self.payment_id}"]
+
+
+def test_the_verifier_runs_a_declared_claims_own_check() -> None:
+    facts = VerifiedFacts.from_observations([("payments.list", {"payments": [pay("pay_8472_a")]})])
+    seen = parse_claims(
+        [
+            {"type": "payment_seen", "payment_id": "pay_8472_a"},
+            {"type": "payment_seen", "payment_id": "pay_9"},
+        ],
+        (_PaymentSeen, NoRefund),
+    )
+    assert verify_claims(seen, facts).failures == ["payment_not_seen:pay_9"]
+    assert seen[0].holds(facts) and not seen[1].holds(facts)
+    # Only the declared classes parse: the refund's kinds are not this agent's.
+    with pytest.raises(ValidationError):
+        parse_claims([{"type": "no_refund", "reason": "no_duplicate_capture"}], (_PaymentSeen,))
+
+
+def test_each_refund_claim_holds_exactly_when_the_verifier_passes_it() -> None:
+    facts = VerifiedFacts.from_observations(
+        [("payments.list", {"payments": [pay("pay_8472_a"), pay("pay_8472_b")]})]
+    )
+    for raw in (
+        {"type": "duplicate_charge", "payment_ids": ["pay_8472_a", "pay_8472_b"]},
+        {"type": "duplicate_charge", "payment_ids": ["pay_8472_a"]},
+        {"type": "no_refund", "reason": "no_duplicate_capture"},
+        {"type": "policy_cited", "doc": "POL-REF-004", "version": 4},
+    ):
+        claims = parse_claims([raw])
+        assert claims[0].holds(facts, claims) == verify_claims(claims, facts).ok
