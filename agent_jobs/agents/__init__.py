@@ -9,6 +9,7 @@ from agent_jobs.agents.declare import Effect
 from agent_jobs.agents.facts import Facts
 from agent_jobs.agents.openapi import OpenApiTools, Operation, openapi_tools
 from agent_jobs.agents.policy import (
+    Autonomy,
     Call,
     Decision,
     Policy,
@@ -26,6 +27,7 @@ from agent_jobs.tools.adapter import ServiceThrottled as ToolThrottled
 __all__ = [
     "Agent",
     "AgentServices",
+    "Autonomy",
     "Call",
     "Claim",
     "Decision",

@@ -198,9 +198,15 @@ def _cases(draw: st.DrawFn) -> tuple[list[tuple[str, dict[str, Any]]], dict[str,
 
 
 @settings(max_examples=400, deadline=None)
-@given(case=_cases())
+@given(
+    case=_cases(),
+    autonomy=st.one_of(st.none(), st.sampled_from([0, 5_000, 99_999, 100_000, 200_000])),
+    version=st.sampled_from(["2", "1", "3"]),
+)
 def test_the_declared_policy_decides_as_the_bundle(
     case: tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]],
+    autonomy: int | None,
+    version: str,
 ) -> None:
     observed, args = case
     ledger = LedgerFacts.from_observations(observed)
@@ -210,12 +216,13 @@ def test_the_declared_policy_decides_as_the_bundle(
         (POL_REF_004_V4, RefundPolicyV4()),
         (POL_REF_004_V3, RefundPolicyV3()),
     ):
-        said = declared.evaluate(Call("refunds.create", args), facts, frozenset({"refunds.create"}))
-        decided = bundle.evaluate(ProposedCall(tool="refunds.create", tool_version="2", args=args),
-                                  ledger)  # fmt: skip
+        call = Call("refunds.create", args, version)
+        said = declared.evaluate(call, facts, frozenset([call.tool]), autonomy_minor=autonomy)
+        proposed = ProposedCall(tool=call.tool, tool_version=version, args=args)
+        decided = bundle.evaluate(proposed, ledger, autonomy_minor=autonomy)
         assert said.kind == decided.kind
-        if decided.kind == "deny":
-            assert said.reason == decided.reason
+        # Every reason, approvals' included: grants and the audit log carry the bundle's words.
+        assert said.reason == getattr(decided, "reason", "")
         assert bundle.version == declared.version
         assert bundle.approval_ttl_s == declared.approval_ttl_s
 
@@ -237,3 +244,52 @@ def test_an_agent_without_a_scripted_model_is_not_answered_by_the_refunds(
     )
     with pytest.raises(ProviderRejected, match="no scripted model"):
         gateway.propose(DEFAULT_ROUTE_KEY, request)
+
+
+# -- the phases' order, and the gate, on the surface ---------------------------------------------
+
+
+def test_the_phase_order_is_declared_and_drives_the_workflow() -> None:
+    assert REFUND.order == ("investigate", "policy", "decide", "confirm", "draft", "verify")
+    assert [REFUND.after(p) for p in REFUND.order[:-1]] == list(REFUND.order[1:])
+    at = {p: (s.name if (s := REFUND.step_at(p)) else None) for p in REFUND.order}
+    assert at == {
+        "investigate": "investigate",
+        "policy": "retrieve_policy",
+        "decide": "decide",
+        "confirm": None,
+        "draft": "draft_reply",
+        "verify": None,
+    }
+    with pytest.raises(ConfigError):
+        REFUND.after("verify")
+    # A decision point in no declared phase, or a phase named twice, is refused when built.
+    with pytest.raises(ConfigError, match="no ordered phase"):
+        dataclasses.replace(REFUND, order=("investigate", "decide", "confirm", "verify"))
+    with pytest.raises(ConfigError, match="once"):
+        dataclasses.replace(REFUND, order=(*REFUND.order, "decide"))
+
+
+def test_the_gate_decides_by_the_declared_policy_at_the_tasks_version() -> None:
+    from agent_jobs.core.contracts import Action
+
+    assert REFUND.policy_at("POL-REF-004@4") is POL_REF_004_V4
+    assert REFUND.policy_at("POL-REF-004@3") is POL_REF_004_V3
+    assert REFUND.policy_at("POL-REF-004@2") is None
+    action = Action(
+        tool="refunds.create",
+        tool_version="2",
+        args={"payment_id": "pay_b", "amount_minor": 5_000, "currency": "INR"},
+        idempotency_key="refund:req_1:pay_b",
+    )
+    facts = Facts(input={}, reads=(), effects=())
+    drifted = {"tools": {**PINNED_BEFORE["tools"], "refunds.create": "3"}}  # type: ignore[dict-item]
+    auth = REFUND.authorize(POL_REF_004_V3, action, facts, drifted)
+    assert (auth.kind, auth.policy_version, auth.reason) == (
+        "deny",
+        "POL-REF-004@3",
+        "tool_version_not_pinned",
+    )
+    # Pinned, but no ledger read: the declared ledger rule refuses, as the bundle does.
+    auth = REFUND.authorize(POL_REF_004_V4, action, facts, PINNED_BEFORE, autonomy_minor=0)
+    assert (auth.kind, auth.reason) == ("deny", "payment_not_captured")

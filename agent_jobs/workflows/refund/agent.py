@@ -1,11 +1,12 @@
 """The refund agent, `refund_resolution@3`, declared on the agents surface (`agents.Declaration`).
 
 Everything that says what the agent is lives here: its prompt and the route it is pinned to,
-its tools at the versions tasks pin, the phases and the tools each may show the model, its one
-effect (`refunds.create`, keyed by request and payment, reconciled through
-`refunds.get_by_key`), its policy (each POL-REF-004 version as an `agents.Policy`, below) and
-the claims a reply may make (checked by `agent_jobs.verify`). The workflow's hooks (`workflow.py`,
-`phases.py`) read it; `services_from_env` holds the registered tools to it.
+its tools at the versions tasks pin, its phases in order and the tools each may show the model,
+its one effect (`refunds.create`, keyed by request and payment, reconciled through
+`refunds.get_by_key`), its policy (each POL-REF-004 version as an `agents.Policy`, below: the
+gate decides by it) and the claims a reply may make (each with its own check, which the
+verifier runs). The workflow's hooks (`workflow.py`, `phases.py`) read it; `services_from_env`
+holds the registered tools to it.
 """
 
 from __future__ import annotations
@@ -15,17 +16,25 @@ from collections.abc import Mapping
 from agent_jobs.agents.declaration import Declaration, Phase
 from agent_jobs.agents.declare import Effect
 from agent_jobs.agents.facts import Facts
-from agent_jobs.agents.policy import Call, Decision, Policy, approval_above, deny
+from agent_jobs.agents.policy import Autonomy, Call, Decision, Policy, approval_above, deny
 from agent_jobs.gateway import DEFAULT_ROUTE_KEY
 from agent_jobs.policy import LedgerFacts
 from agent_jobs.policy.refund import (
+    CURRENCY_NOT_COVERED,
     REFUND_TOOL,
+    REFUND_TOOL_VERSIONS,
     RefundPolicy,
     RefundPolicyV3,
     RefundPolicyV4,
     ledger_denial,
 )
-from agent_jobs.verify.claims import DuplicateCharge, NoRefund, PolicyCited, RefundSubmitted
+from agent_jobs.verify.claims import (
+    CheckedClaim,
+    DuplicateCharge,
+    NoRefund,
+    PolicyCited,
+    RefundSubmitted,
+)
 from agent_jobs.workflows.refund.prompts import PROMPT_VERSION, STEPS, SYSTEM
 
 
@@ -44,23 +53,43 @@ def ledger_rule(call: Call, facts: Facts) -> Decision | None:
 
 
 def declared_policy(bundle: type[RefundPolicy]) -> Policy:
-    """A POL-REF-004 version on the agents surface: its ledger checks as the rule, its approval
-    thresholds per currency (at or above: INR 1,000 itself asks a person), its grant lifetime.
-    The bundle stays the trusted evaluator (`agent_jobs.policy` imports nothing above `core`)
-    and adds the pinned tool version and the operator's autonomy cap; a property test holds
-    the two to the same decisions."""
+    """A POL-REF-004 version on the agents surface, the one the refund's gate decides by: its
+    ledger checks as the rule, `refunds.create` at schema version 2 only, its approval
+    thresholds per currency (at or above: INR 1,000 itself asks a person; a currency not listed
+    asks too), its grant lifetime, and the operator's autonomy cap placed before the threshold.
+    The reasons are the bundle's words, exactly (grants and audit rows carry them). The bundle
+    (`agent_jobs.policy.refund`, which imports nothing above `core`) still serves the release
+    manifest and scoring; a property test holds the two to the same decisions."""
     return Policy(
         bundle.version,
         rules=[ledger_rule],
         thresholds=[
-            approval_above(bundle.approval_thresholds_minor, tools=[REFUND_TOOL], inclusive=True)
+            approval_above(
+                bundle.approval_thresholds_minor,
+                tools=[REFUND_TOOL],
+                inclusive=True,
+                reason="{policy}: >= {currency} {limit_major:,}",
+                uncovered=CURRENCY_NOT_COVERED,
+            )
         ],
         approval_ttl_s=bundle.approval_ttl_s,
+        tool_versions={REFUND_TOOL: REFUND_TOOL_VERSIONS},
+        # The operator's switch and the release flag (the lower of the two, `autonomy_minor`).
+        autonomy=Autonomy(
+            inclusive=True,
+            before_limits=True,
+            reason="operator autonomy threshold: >= {cap} minor units",
+        ),
     )
 
 
 POL_REF_004_V4 = declared_policy(RefundPolicyV4)
 POL_REF_004_V3 = declared_policy(RefundPolicyV3)
+
+# The claims a reply may make; each checks itself (`CheckedClaim.check`) and the verifier parses
+# a draft's claims as these classes and runs their checks.
+CLAIMS: tuple[type[CheckedClaim], ...] = (DuplicateCharge, RefundSubmitted, PolicyCited, NoRefund)
+
 
 REFUND = Declaration(
     name="refund_resolution",
@@ -79,15 +108,23 @@ REFUND = Declaration(
         "refunds.get_by_key": "1",
         "refunds.create": "2",
     },
+    # investigate -> policy -> decide -> (gate, approval, effect) -> confirm -> draft -> verify:
+    # the task's phases (its state's `phase`), the model deciding in four of them.
+    order=("investigate", "policy", "decide", "confirm", "draft", "verify"),
     phases=(
         Phase(
             "investigate",
             ("orders.get", "payments.list", "refunds.list"),
             STEPS["investigate"],
         ),
-        Phase("retrieve_policy", ("policy.search", "policy.get"), STEPS["retrieve_policy"]),
+        Phase(
+            "retrieve_policy",
+            ("policy.search", "policy.get"),
+            STEPS["retrieve_policy"],
+            at="policy",
+        ),
         Phase("decide", ("refunds.create", "refunds.list"), STEPS["decide"]),
-        Phase("draft_reply", (), STEPS["draft_reply"]),
+        Phase("draft_reply", (), STEPS["draft_reply"], at="draft"),
     ),
     effects=(
         Effect(
@@ -98,6 +135,7 @@ REFUND = Declaration(
         ),
     ),
     policy=POL_REF_004_V4,
-    claims=(DuplicateCharge, RefundSubmitted, PolicyCited, NoRefund),
+    policies=(POL_REF_004_V3,),
+    claims=CLAIMS,
 )
 REFUND_EFFECT = REFUND.effect("refunds.create")

@@ -13,12 +13,13 @@ again at most `MAX_ASKS` times, and the route's call budget bounds everything el
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from agent_jobs.config import settings
 from agent_jobs.core.contracts import Action
-from agent_jobs.core.errors import InvalidInput
+from agent_jobs.core.errors import ConfigError, InvalidInput
 from agent_jobs.core.hashing import derive_idempotency_key
 from agent_jobs.core.text import for_log
 from agent_jobs.orchestrator import workflow as wf
@@ -33,6 +34,8 @@ from agent_jobs.workflows.refund.wiring import RefundServices
 
 POLICY_DOC, _, _VERSION = CURRENT.partition("@")
 POLICY_DOC_VERSION = int(_VERSION)
+# The task phases the code below names (all declared in `REFUND.order`, checked at the end).
+DECIDE, CONFIRM, DRAFT, VERIFY = "decide", "confirm", "draft", "verify"
 MAX_ASKS = 2  # model asks per evidence phase before a person takes over
 MAX_REAPPROVALS = 3  # grants that expired unused before the task escalates
 # The confirmation read may lag the write: re-read at most this many times, after these pauses
@@ -42,7 +45,10 @@ CONFIRM_BACKOFF_S = (0.5, 1.0, 2.0, 4.0)
 
 # The tools each decision point may show the model (and run, for reads): its declared phases.
 STEP_TOOLS = {p.name: p.tools for p in REFUND.phases if p.tools}
-_PHASE_STEP = {"investigate": "investigate", "policy": "retrieve_policy"}
+# The evidence phases: task phase -> its decision point, for the declared points whose tools
+# are all reads (investigate, policy). The model proposes reads there, code runs them.
+_EFFECTS = {e.tool for e in REFUND.effects}
+_PHASE_STEP = {p.at: p.name for p in REFUND.phases if p.tools and not _EFFECTS & set(p.tools)}
 _REASON = re.compile(r"^[a-z0-9_]{1,64}$")
 
 
@@ -100,15 +106,10 @@ def _decide(c: Ctx) -> wf.StepDecision:
     phase = state["phase"]
     if phase in _PHASE_STEP:
         return ask_reads(c, phase)
-    if phase == "decide":
-        return ask_decision(c)
-    if phase == "confirm":
-        return confirm(c)
-    if phase == "draft":
-        return ask_draft(c)
-    if phase == "verify":
-        return wf.ToVerify(state)  # the verifier raised last time: let it try again
-    return wf.Escalate(f"refund workflow in unknown phase {phase!r}", state)
+    run = _RUN.get(phase)
+    if run is None:
+        return wf.Escalate(f"refund workflow in unknown phase {phase!r}", state)
+    return run(c)
 
 
 # -- facts the model decides on (redacted by `model.ask`) -------------------------------------
@@ -172,9 +173,10 @@ def _missing(state: dict[str, Any], phase: str) -> str:
 
 
 def _advance(state: dict[str, Any]) -> None:
-    """Move past every evidence phase whose evidence is already there (reads proposed early)."""
+    """Move past every evidence phase whose evidence is already there (reads proposed early),
+    in the declared order."""
     while state["phase"] in _PHASE_STEP and not _missing(state, state["phase"]):
-        state["phase"] = "policy" if state["phase"] == "investigate" else "decide"
+        state["phase"] = REFUND.after(state["phase"])
 
 
 def ask_reads(c: Ctx, phase: str) -> wf.StepDecision:
@@ -263,7 +265,8 @@ def ask_decision(c: Ctx) -> wf.StepDecision:
                 state,
             )
         state["decision"] = {"kind": "no_refund", "reason": _reason(proposal.get("reason"))}
-        state["phase"] = "draft"
+        # No refund, nothing to confirm: on to the phase after the confirming read.
+        state["phase"] = REFUND.after(CONFIRM)
         return wf.Observe(state, note="no refund proposed")
     calls = proposal.get("calls") or [] if proposal.get("kind") == "tool_calls" else []
     creates = [x for x in calls if x.get("tool") == "refunds.create"]
@@ -381,7 +384,7 @@ def confirm(c: Ctx) -> wf.StepDecision:
     state.pop("confirm_lag", None)
     st.record_tool(state, REFUND_EFFECT.lookup, args, result=result)
     state["refund"] = rows[0]
-    state["phase"] = "draft"
+    state["phase"] = REFUND.after(CONFIRM)
     return wf.Observe(state, note="refund confirmed in the ledger")
 
 
@@ -417,5 +420,17 @@ def ask_draft(c: Ctx) -> wf.StepDecision:
         st.append(state, {"kind": "note", "text": "answer with a final_draft"})
         return wf.Observe(state, note="no draft; asking again")
     state["draft"] = asked.proposal["draft"]
-    state["phase"] = "verify"
+    state["phase"] = REFUND.after(DRAFT)
     return wf.ToVerify(state)
+
+
+# What runs in each task phase that is not an evidence phase; every declared phase has a step.
+_RUN: dict[str, Callable[[Ctx], wf.StepDecision]] = {
+    DECIDE: ask_decision,
+    CONFIRM: confirm,
+    DRAFT: ask_draft,
+    # The verifier raised last time: let it try again.
+    VERIFY: lambda c: wf.ToVerify(c.state),
+}
+if set(REFUND.order) != set(_PHASE_STEP) | set(_RUN):
+    raise ConfigError("refund phases: a declared phase without a step, or a step in none")

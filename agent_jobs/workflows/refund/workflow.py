@@ -27,12 +27,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agent_jobs.agents.facts import Facts
 from agent_jobs.core.contracts import Action
 from agent_jobs.core.errors import InvalidInput
 from agent_jobs.core.text import clean_text, for_log
 from agent_jobs.ops import autonomy_threshold_minor
 from agent_jobs.orchestrator import workflow as wf
-from agent_jobs.policy import CURRENT, NeedsApproval, ProposedCall, get_bundle
+from agent_jobs.policy import CURRENT, UnknownPolicyVersion
 from agent_jobs.tools import Ok, Rejected, ToolCall
 from agent_jobs.tools.refund_tools import STEP_EXECUTE, STEP_RECONCILE
 from agent_jobs.verify import (
@@ -45,7 +46,7 @@ from agent_jobs.verify import (
 )
 from agent_jobs.workflows.refund import phases
 from agent_jobs.workflows.refund import state as st
-from agent_jobs.workflows.refund.agent import REFUND, REFUND_EFFECT
+from agent_jobs.workflows.refund.agent import CLAIMS, REFUND, REFUND_EFFECT
 from agent_jobs.workflows.refund.toolcalls import refund_call, run_one
 from agent_jobs.workflows.refund.wiring import RefundServices, services_from_env
 
@@ -142,26 +143,24 @@ class RefundWorkflow:
         """Starting (validate the input, build the first state) and verifying (pure checks of
         the draft against the facts this task read) do no I/O: they run as quick steps, one
         compare-and-set without a lease. Every other step calls the model or a tool."""
-        return not inp.state or inp.state.get("phase") == "verify"
+        return not inp.state or inp.state.get("phase") == phases.VERIFY
 
     def decide(self, inp: wf.StepInput) -> wf.StepDecision:
         return phases.decide(self.services, inp)
 
     def authorize(self, inp: wf.StepInput, action: Action) -> wf.Authorization:
-        bundle = get_bundle(policy_version(inp.pinned))
-        if action.tool_version != (inp.pinned.get("tools") or {}).get(action.tool):
-            return wf.Authorization("deny", bundle.version, "tool_version_not_pinned")
-        decision = bundle.evaluate(
-            ProposedCall.from_action(action),
-            st.ledger_facts(inp.state),
+        """The declared policy at the task's version decides (`REFUND.authorize`)."""
+        version = policy_version(inp.pinned)
+        policy = REFUND.policy_at(version)
+        if policy is None:
+            raise UnknownPolicyVersion(version)
+        return REFUND.authorize(
+            policy,
+            action,
+            ledger_facts(inp.state),
+            inp.pinned,
             autonomy_minor=autonomy_minor(inp.pinned, autonomy_threshold_minor(inp.tenant_id)),
         )
-        if isinstance(decision, NeedsApproval):
-            return wf.Authorization(
-                "needs_approval", bundle.version, decision.reason, float(decision.ttl_s)
-            )
-        reason = getattr(decision, "reason", "")
-        return wf.Authorization(decision.kind, bundle.version, reason)
 
     def _request_id(self, inp: wf.StepInput) -> str:
         return str(inp.state["request"]["request_id"])
@@ -235,7 +234,7 @@ class RefundWorkflow:
             found_by=result.get("found_by"),
             decision={"kind": "refund"},
             awaiting=None,
-            phase="confirm",
+            phase=REFUND.after(phases.DECIDE),
         )
         # Not straight to VERIFYING: the reply is drafted after the ledger confirms the refund.
         return wf.AfterEffect(state, verify=False)
@@ -247,7 +246,7 @@ class RefundWorkflow:
         failures: list[str] = []
         reply = ""
         try:
-            claims = parse_claims(draft.get("claims") or [])
+            claims = parse_claims(draft.get("claims") or [], CLAIMS)
         except ValidationError:
             claims, failures = [], ["malformed_claims"]
         if not failures:
@@ -270,7 +269,7 @@ class RefundWorkflow:
             return wf.Escalate(
                 "the reply failed verification after a redraft: " + ", ".join(failures), state
             )
-        state.update(redrafts=int(state.get("redrafts") or 0) + 1, draft=None, phase="draft")
+        state.update(redrafts=int(state.get("redrafts") or 0) + 1, draft=None, phase=phases.DRAFT)
         return wf.Redraft(", ".join(failures), state)
 
 
@@ -295,6 +294,13 @@ def autonomy_minor(pinned: Mapping[str, Any], operator: int | None) -> int | Non
         # Not an int (a stored row edited by hand, a bool): fail closed, every refund asks.
         caps.append(flag if isinstance(flag, int) and not isinstance(flag, bool) else 0)
     return min(caps) if caps else None
+
+
+def ledger_facts(state: Mapping[str, Any]) -> Facts:
+    """The task's successful reads and effects as the declared policy's `Facts`: its ledger
+    rule rebuilds the ledger from them exactly as `state.ledger_facts` does (same order)."""
+    observed = st.observations(dict(state))
+    return Facts(input={}, reads=tuple({"tool": t, "result": r} for t, r in observed), effects=())
 
 
 def _missing_claims(state: dict[str, Any], claims: list[Any]) -> list[str]:
