@@ -90,6 +90,20 @@ def _variant(kind: str, props: dict[str, Any], required: list[str]) -> dict[str,
     }
 
 
+def after_gateway_error(exc: GatewayError, state: dict[str, Any]) -> wf.StepDecision:
+    """What a step decides when its model call failed (recorded already): a spent budget
+    escalates, an unavailable provider or an output that failed its checks is retried (after the
+    provider's hint, if any), and a refusal fails the task. Every agent's model step maps them
+    alike, the refund agent's included."""
+    if isinstance(exc, BudgetExceeded):
+        return wf.Escalate(f"model budget exhausted: {exc}", state)
+    if isinstance(exc, ModelUnavailable):
+        return wf.Retry(str(exc), state, exc.retry_after_s)
+    if isinstance(exc, InvalidModelOutput):
+        return wf.Retry(str(exc), state)
+    return wf.Fail(f"the model provider refused the request: {exc}", state)
+
+
 @dataclass(frozen=True)
 class Asked:
     """A validated proposal, and the state with the call's accounting in it."""
@@ -194,13 +208,7 @@ def ask(
             step=step,
             observer=observer,
         )
-        if isinstance(exc, BudgetExceeded):
-            return wf.Escalate(f"model budget exhausted: {exc}", state)
-        if isinstance(exc, ModelUnavailable):
-            return wf.Retry(str(exc), state, exc.retry_after_s)
-        if isinstance(exc, InvalidModelOutput):
-            return wf.Retry(str(exc), state)
-        return wf.Fail(f"the model provider refused the request: {exc}", state)
+        return after_gateway_error(exc, state)
     except (ConfigError, InvalidInput) as exc:
         return wf.Fail(f"model route {route}: {exc}", state)
     _record(

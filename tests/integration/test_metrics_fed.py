@@ -59,4 +59,4 @@ def test_a_refund_run_feeds_the_agent_metrics(sqlite_store: Any) -> None:
     assert after["tokens"] > before["tokens"]
     assert after["refunds"] == before["refunds"] + 1
     assert after["created"] == before["created"] + 1
-    assert after["unauthorised"] == before["unauthorised"] == 0
+    assert after["unauthorised"] == before["unauthorised"]  # none in this run (others may count)

@@ -18,16 +18,14 @@ from typing import Any
 from agent_jobs.agents.chat import CHAT_EVENT as CHAT_EVENT  # noqa: PLC0414 - re-exported
 from agent_jobs.agents.chat import calls_from_events as calls_from_events  # noqa: PLC0414 - re-exported
 from agent_jobs.agents.chat import chat_event, tool_specs
+from agent_jobs.agents.model import after_gateway_error
 from agent_jobs.core.copies import deep_copy
 from agent_jobs.core.errors import ConfigError, InvalidInput
 from agent_jobs.gateway import (
-    BudgetExceeded,
     CallRecord,
     GatewayError,
-    InvalidModelOutput,
     ModelCapSaturated,
     ModelRequest,
-    ModelUnavailable,
 )
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.orchestrator.ports import Observer
@@ -119,13 +117,7 @@ def ask(
             outcome=exc.code,
             observer=services.observer,
         )
-        if isinstance(exc, BudgetExceeded):
-            return wf.Escalate(f"model budget exhausted: {exc}", state)
-        if isinstance(exc, ModelUnavailable):
-            return wf.Retry(str(exc), state, exc.retry_after_s)
-        if isinstance(exc, InvalidModelOutput):
-            return wf.Retry(str(exc), state)
-        return wf.Fail(f"the model provider refused the request: {exc}", state)
+        return after_gateway_error(exc, state)
     except (ConfigError, InvalidInput) as exc:
         return wf.Fail(f"model route {route}: {exc}", state)
     _record(
