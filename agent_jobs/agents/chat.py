@@ -15,6 +15,7 @@ from typing import Any
 
 from agent_jobs.core.contracts import EventView
 from agent_jobs.gateway import CallRecord, ToolSpec
+from agent_jobs.orchestrator.ports import Observer
 from agent_jobs.tools import ToolDescriptor
 
 CHAT_EVENT = "chat"
@@ -75,3 +76,29 @@ def _tool_spec(d: ToolDescriptor) -> ToolSpec:
     objects on every call and reuses what it derived from them (core/memo.py). Descriptors are
     frozen, and compare by identity."""
     return ToolSpec(name=d.name, description=d.description, parameters=dict(d.args_schema))
+
+
+def record_calls(
+    emit: Any,
+    calls: Iterable[CallRecord],
+    *,
+    route: str,
+    step_type: str,
+    outcome: str,
+    observer: Observer,
+) -> None:
+    """Each model call as a `chat` event (`emit`: the step input's) and a metric; a step refused
+    before any billed call (budget, breaker, provider down) still counts one, with its outcome."""
+    calls = list(calls)
+    for call in calls:
+        emit(CHAT_EVENT, chat_event(call, route=route, step_type=step_type, outcome=outcome))
+        observer.model_call(
+            route,
+            outcome,
+            input_tokens=call.input_tokens,
+            output_tokens=call.output_tokens,
+            cached_input_tokens=call.cached_input_tokens,
+            cost=call.cost,
+        )
+    if not calls:
+        observer.model_call(route, outcome)

@@ -17,6 +17,7 @@ no claim at all fails too (`no_claims`): a reply that asserts nothing checkable 
 from __future__ import annotations
 
 import re
+from abc import abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -34,9 +35,9 @@ class Claim(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     type_name: ClassVar[str] = ""
 
+    @abstractmethod
     def holds(self, facts: Facts) -> bool:
         """Whether the facts show this claim true. Subclasses must say."""
-        raise NotImplementedError
 
     @classmethod
     def claim_type(cls) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent_jobs.agents.chat import CHAT_EVENT, chat_event, tool_specs
+from agent_jobs.agents.chat import record_calls, tool_specs
 from agent_jobs.agents.claims import Claim, claim_schema
 from agent_jobs.agents.facts import Facts
 from agent_jobs.core.errors import ConfigError, InvalidInput
@@ -34,6 +34,7 @@ from agent_jobs.gateway import (
     ModelUnavailable,
     TaskUsage,
 )
+from agent_jobs.gateway.schemas import variant
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.orchestrator.ports import NullObserver, Observer
 from agent_jobs.tools import ToolDescriptor
@@ -73,20 +74,9 @@ def proposal_schema(claims: Sequence[type[Claim]]) -> dict[str, Any]:
         "required": ["kind"],
         "properties": {"kind": {"enum": ["tool_calls", "final_draft"]}},
         "allOf": [
-            _variant("tool_calls", {"calls": calls, "rationale": {"type": "string"}}, ["calls"]),
-            _variant("final_draft", {"draft": draft}, ["draft"]),
+            variant("tool_calls", {"calls": calls, "rationale": {"type": "string"}}, ["calls"]),
+            variant("final_draft", {"draft": draft}, ["draft"]),
         ],
-    }
-
-
-def _variant(kind: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
-        "then": {
-            "properties": {"kind": {"const": kind}, **props},
-            "required": ["kind", *required],
-            "additionalProperties": False,
-        },
     }
 
 
@@ -153,18 +143,7 @@ def _record(
     if after is not None:
         model["usage"] = after.model_dump(mode="json")
     state["model"] = model
-    for call in calls:
-        inp.emit(CHAT_EVENT, chat_event(call, route=route, step_type=step, outcome=outcome))
-        observer.model_call(
-            route,
-            outcome,
-            input_tokens=call.input_tokens,
-            output_tokens=call.output_tokens,
-            cached_input_tokens=call.cached_input_tokens,
-            cost=call.cost,
-        )
-    if not calls:
-        observer.model_call(route, outcome)
+    record_calls(inp.emit, calls, route=route, step_type=step, outcome=outcome, observer=observer)
 
 
 def ask(

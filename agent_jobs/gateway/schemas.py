@@ -20,7 +20,8 @@ from agent_jobs.core.memo import SameObjectMemo
 from agent_jobs.core.schema_check import CheckedSchema
 
 
-def _variant(kind: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+def variant(kind: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """One branch of a proposal schema: when `kind` is this, exactly these properties."""
     return {
         "if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
         "then": {
@@ -83,7 +84,7 @@ PROPOSAL_V3: dict[str, Any] = {
     "required": ["kind"],
     "properties": {"kind": {"enum": ["tool_calls", "final_draft", "no_action"]}},
     "allOf": [
-        _variant(
+        variant(
             "tool_calls",
             {
                 "calls": {
@@ -100,7 +101,7 @@ PROPOSAL_V3: dict[str, Any] = {
             },
             ["calls", "rationale"],
         ),
-        _variant(
+        variant(
             "final_draft",
             {
                 "draft": {
@@ -115,7 +116,7 @@ PROPOSAL_V3: dict[str, Any] = {
             },
             ["draft"],
         ),
-        _variant("no_action", {"reason": _NONEMPTY}, ["reason"]),
+        variant("no_action", {"reason": _NONEMPTY}, ["reason"]),
     ],
 }
 

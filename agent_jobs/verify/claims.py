@@ -10,6 +10,7 @@ verifier (`verify_claims`) runs whatever claim classes an agent declares, knowin
 from __future__ import annotations
 
 import functools
+from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Union
 
@@ -23,9 +24,9 @@ class CheckedClaim(Frozen):
     """A claim that can check itself against verified facts. Subclasses declare a `type`
     literal and `check`; `claims` are all the draft's claims (one may contradict another)."""
 
+    @abstractmethod
     def check(self, facts: VerifiedFacts, claims: Sequence[CheckedClaim]) -> list[str]:
         """The failure codes (empty: the facts show the claim true)."""
-        raise NotImplementedError
 
     def holds(self, facts: VerifiedFacts, claims: Sequence[CheckedClaim] = ()) -> bool:
         """Whether the facts show this claim true (alongside `claims`)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from agent_jobs.agents.chat import CHAT_EVENT as CHAT_EVENT  # noqa: PLC0414 - re-exported
 from agent_jobs.agents.chat import calls_from_events as calls_from_events  # noqa: PLC0414 - re-exported
-from agent_jobs.agents.chat import chat_event, tool_specs
+from agent_jobs.agents.chat import record_calls, tool_specs
 from agent_jobs.agents.model import after_gateway_error
 from agent_jobs.core.copies import deep_copy
 from agent_jobs.core.errors import ConfigError, InvalidInput
@@ -57,18 +57,9 @@ def _record(
     observer: Observer,
 ) -> None:
     st.record_usage(state, usage, calls, step_type)
-    for call in calls:
-        inp.emit(CHAT_EVENT, chat_event(call, route=route, step_type=step_type, outcome=outcome))
-        observer.model_call(
-            route,
-            outcome,
-            input_tokens=call.input_tokens,
-            output_tokens=call.output_tokens,
-            cached_input_tokens=call.cached_input_tokens,
-            cost=call.cost,
-        )
-    if not calls:  # refused before any billed call (budget, breaker, provider down)
-        observer.model_call(route, outcome)
+    record_calls(
+        inp.emit, calls, route=route, step_type=step_type, outcome=outcome, observer=observer
+    )
 
 
 def ask(
