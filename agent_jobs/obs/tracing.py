@@ -16,41 +16,67 @@ Redaction happens here, where a span is built, before anything leaves the platfo
 are an allow-list of identities, hashes, counts and outcomes read from the event data (never a
 payload, a prompt, a completion, a note or a message), tool arguments appear only as their hash,
 approvers as a hash, and any string that still looks like an e-mail address is masked.
+
+The span records, their ids and the redaction helpers are in `obs.spans`, the printed forms in
+`obs.trace_render`; both are re-exported here, so `obs.tracing` stays the one import.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
 
 from agent_jobs.core.contracts import EventView
 from agent_jobs.core.identity import worker_name
 from agent_jobs.core.states import TERMINAL, Status
-from agent_jobs.verify.redact import PII
+from agent_jobs.obs.spans import (
+    REDACTION,
+    REDACTION_POLICY,
+    SEMCONV,
+    AttrValue,
+    SpanEvent,
+    SpanKind,
+    SpanRecord,
+    SpanStatus,
+    TaskFacts,
+    error_type,
+    facts_of,
+    hashed_identity,
+    masked,
+    put_attr,
+    span_id_of,
+    trace_id_of,
+    utc,
+)
+from agent_jobs.obs.trace_render import trace_json, waterfall
 
-SEMCONV = "1.37.0"  # the GenAI semantic conventions these names were checked against
-REDACTION_POLICY = "trace-redaction@1"
-REDACTION = {
-    "policy": REDACTION_POLICY,
-    "prompt_and_completion_content": "NOT_RECORDED",
-    "tool_args": "sha256 only",
-    "customer_fields": PII,
-}
-
-AttrValue = str | int | float | bool
-SpanStatus = Literal["OK", "ERROR", "UNSET"]
-SpanKind = Literal["internal", "client"]
+__all__ = [
+    "CHAT",
+    "REDACTION",
+    "REDACTION_POLICY",
+    "SEMCONV",
+    "TOOL_PREFIX",
+    "AttrValue",
+    "SpanEvent",
+    "SpanKind",
+    "SpanRecord",
+    "SpanStatus",
+    "TaskFacts",
+    "facts_of",
+    "hashed_identity",
+    "masked",
+    "span_id_of",
+    "spans_from_events",
+    "trace_id_of",
+    "trace_json",
+    "waterfall",
+]
 
 CHAT = "chat"
 TOOL_PREFIX = "execute_tool "
 _SWEEPER = "sweeper"
-_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
-_HEX32 = re.compile(r"[0-9a-f]{32}")
-_MAX_TEXT = 200
 
 # Events that carry a policy decision on a proposed action, and the decision when the event does
 # not name one (a revalidated grant is "approved", as the metrics count it).
@@ -75,115 +101,6 @@ _RECONCILE_RESULTS = {
     "reconcile_exhausted": "exhausted",
     "lease_lost_during_effect": "lease_lost",
 }
-
-
-@dataclass(frozen=True)
-class SpanEvent:
-    """A moment inside a span: a status transition, a lapsed lease."""
-
-    name: str
-    at: datetime
-    attrs: dict[str, AttrValue] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SpanRecord:
-    """One span, as both renderers and the OTLP exporter read it. Times are UTC."""
-
-    trace_id: str
-    span_id: str
-    parent_id: str | None
-    name: str
-    start: datetime
-    end: datetime
-    status: SpanStatus = "OK"
-    kind: SpanKind = "internal"
-    attrs: dict[str, AttrValue] = field(default_factory=dict)
-    events: tuple[SpanEvent, ...] = ()
-    # The event this span was derived from (0 for the root): orders spans that start together.
-    seq: int = 0
-
-    @property
-    def duration_ms(self) -> float:
-        return max(0.0, (self.end - self.start).total_seconds() * 1000)
-
-
-@dataclass(frozen=True)
-class TaskFacts:
-    """What the root span needs from the task row (`store.TaskRow` has all of it)."""
-
-    id: str
-    tenant_id: str
-    workflow: str
-    status: Status
-    trace_id: str
-    created_at: datetime
-
-
-def facts_of(task: Any) -> TaskFacts:
-    """`TaskFacts` of a `TaskRow` (or anything with the same attributes)."""
-    return TaskFacts(
-        id=task.id,
-        tenant_id=task.tenant_id,
-        workflow=task.workflow,
-        status=Status(task.status),
-        trace_id=task.trace_id,
-        created_at=task.created_at,
-    )
-
-
-# -- ids and redaction ---------------------------------------------------------------------------
-
-
-def trace_id_of(task: TaskFacts) -> str:
-    """The task's stored W3C trace id; one derived from the task id if the stored one is not 32
-    lowercase hex digits (a row from before trace ids were checked)."""
-    tid = task.trace_id.lower()
-    if _HEX32.fullmatch(tid) and tid != "0" * 32:
-        return tid
-    return _digest("trace", task.id)[:32]
-
-
-def span_id_of(task_id: str, part: str) -> str:
-    """A 16-hex span id, stable for (task, part): rebuilding a trace gives the same ids."""
-    sid = _digest("span", task_id, part)[:16]
-    return sid if sid != "0" * 16 else "0" * 15 + "1"
-
-
-def _digest(*parts: str) -> str:
-    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
-
-
-def masked(value: Any) -> AttrValue:
-    """An attribute value with e-mail addresses masked and text bounded."""
-    if isinstance(value, bool | int | float):
-        return value
-    text = _EMAIL.sub(PII, str(value))
-    return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 1] + "…"
-
-
-def hashed_identity(value: str) -> str:
-    """A person's id as a short hash: spans by the same approver correlate, none names them."""
-    return "sha256:" + hashlib.sha256(value.encode("utf-8")).hexdigest()[:16]
-
-
-def _put(attrs: dict[str, AttrValue], key: str, value: Any) -> None:
-    if value is None or value == "":
-        return
-    if isinstance(value, list | tuple | dict):
-        return  # never a structure: it could be a payload
-    attrs[key] = masked(value)
-
-
-def _utc(at: datetime) -> datetime:
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-
-
-def _error_type(reason: Any) -> str | None:
-    """`connection_error` of `connection_error: ConnectionError`: the class, never the text."""
-    if not reason:
-        return None
-    return str(reason).split(":", 1)[0].strip()[:64] or None
 
 
 # -- who ran it ----------------------------------------------------------------------------------
@@ -262,8 +179,8 @@ class _Builder:
             span_id=span_id or span_id_of(self.task.id, f"event:{seq}"),
             parent_id=parent or self.root_id,
             name=name,
-            start=_utc(start),
-            end=max(_utc(end), _utc(start)),
+            start=utc(start),
+            end=max(utc(end), utc(start)),
             status=status,
             kind=kind,
             attrs=attrs,
@@ -273,15 +190,15 @@ class _Builder:
         return record
 
     def worker(self, attrs: dict[str, AttrValue], e: EventView) -> None:
-        _put(attrs, "worker", self.workers.get(e.seq))
+        put_attr(attrs, "worker", self.workers.get(e.seq))
 
     # -- per event type
 
     def chat(self, e: EventView) -> None:
         d = e.data
         attrs: dict[str, AttrValue] = {"gen_ai.operation.name": CHAT}
-        _put(attrs, "gen_ai.request.model", d.get("model"))
-        _put(attrs, "gen_ai.provider.name", d.get("provider"))
+        put_attr(attrs, "gen_ai.request.model", d.get("model"))
+        put_attr(attrs, "gen_ai.provider.name", d.get("provider"))
         for key, name in (
             ("input_tokens", "gen_ai.usage.input_tokens"),
             ("output_tokens", "gen_ai.usage.output_tokens"),
@@ -289,12 +206,12 @@ class _Builder:
         ):
             if isinstance(d.get(key), int):
                 attrs[name] = d[key]
-        _put(attrs, "route", d.get("route"))
-        _put(attrs, "step_type", d.get("step_type"))
-        _put(attrs, "purpose", d.get("purpose"))
+        put_attr(attrs, "route", d.get("route"))
+        put_attr(attrs, "step_type", d.get("step_type"))
+        put_attr(attrs, "purpose", d.get("purpose"))
         if isinstance(d.get("fallback"), bool):
             attrs["fallback"] = d["fallback"]
-        _put(attrs, "cost_inr", d.get("cost_inr"))
+        put_attr(attrs, "cost_inr", d.get("cost_inr"))
         outcome = str(d.get("outcome") or "ok")
         attrs["outcome"] = masked(outcome)
         self.worker(attrs, e)
@@ -313,15 +230,15 @@ class _Builder:
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": masked(tool),
         }
-        _put(attrs, "tool.version", d.get("tool_version"))
-        _put(attrs, "args_hash", d.get("args_hash"))
+        put_attr(attrs, "tool.version", d.get("tool_version"))
+        put_attr(attrs, "args_hash", d.get("args_hash"))
         outcome = str(d.get("outcome") or "ok")
         attrs["outcome"] = masked(outcome)
-        _put(attrs, "error.type", d.get("code"))
-        _put(attrs, "idempotency_key", d.get("idempotency_key"))
-        _put(attrs, "policy.version", d.get("policy_version"))
-        _put(attrs, "approval.id", d.get("approval_id"))
-        _put(attrs, "step_scope", d.get("step_scope"))
+        put_attr(attrs, "error.type", d.get("code"))
+        put_attr(attrs, "idempotency_key", d.get("idempotency_key"))
+        put_attr(attrs, "policy.version", d.get("policy_version"))
+        put_attr(attrs, "approval.id", d.get("approval_id"))
+        put_attr(attrs, "step_scope", d.get("step_scope"))
         if isinstance(d.get("attempts"), int):
             attrs["attempts"] = d["attempts"]
         self.worker(attrs, e)
@@ -350,12 +267,12 @@ class _Builder:
         attrs: dict[str, AttrValue] = {"decision": masked(d.get("decision") or decision)}
         if e.type == "intent_recorded" and d.get("approval_id"):
             attrs["decision"] = "approved"  # the grant revalidated before acting
-        _put(attrs, "policy.version", d.get("policy_version"))
-        _put(attrs, "policy.reason", d.get("reason"))
-        _put(attrs, "gen_ai.tool.name", d.get("tool"))
-        _put(attrs, "action_hash", d.get("action_hash"))
-        _put(attrs, "idempotency_key", d.get("idempotency_key"))
-        _put(attrs, "approval.id", d.get("approval_id"))
+        put_attr(attrs, "policy.version", d.get("policy_version"))
+        put_attr(attrs, "policy.reason", d.get("reason"))
+        put_attr(attrs, "gen_ai.tool.name", d.get("tool"))
+        put_attr(attrs, "action_hash", d.get("action_hash"))
+        put_attr(attrs, "idempotency_key", d.get("idempotency_key"))
+        put_attr(attrs, "approval.id", d.get("approval_id"))
         self.worker(attrs, e)
         self.span(
             e.seq,
@@ -368,9 +285,9 @@ class _Builder:
 
     def open_approval(self, e: EventView) -> None:
         attrs: dict[str, AttrValue] = {"worker_held": False}
-        _put(attrs, "approval.id", e.data.get("approval_id"))
-        _put(attrs, "approval.ttl_s", e.data.get("ttl_s"))
-        _put(attrs, "action_hash", e.data.get("action_hash"))
+        put_attr(attrs, "approval.id", e.data.get("approval_id"))
+        put_attr(attrs, "approval.ttl_s", e.data.get("ttl_s"))
+        put_attr(attrs, "action_hash", e.data.get("action_hash"))
         sid = span_id_of(self.task.id, f"approval:{e.seq}")
         self.approval = _Open(sid, "approval.wait", e.at, e.seq, attrs)
 
@@ -390,14 +307,14 @@ class _Builder:
             a.attrs.setdefault("decision", "cancelled")
         elif e.type in _APPROVAL_DECISIONS:
             a.attrs.setdefault("decision", _APPROVAL_DECISIONS[e.type])
-        _put(a.attrs, "resumed_by", self.workers.get(e.seq))
+        put_attr(a.attrs, "resumed_by", self.workers.get(e.seq))
         self.span(a.seq, a.name, a.start, e.at, a.attrs, span_id=a.span_id)
 
     def open_reconcile(self, e: EventView) -> None:
         attrs: dict[str, AttrValue] = {}
-        _put(attrs, "gen_ai.tool.name", e.data.get("tool"))
-        _put(attrs, "idempotency_key", e.data.get("idempotency_key"))
-        _put(attrs, "unknown.reason", _error_type(e.data.get("reason")))
+        put_attr(attrs, "gen_ai.tool.name", e.data.get("tool"))
+        put_attr(attrs, "idempotency_key", e.data.get("idempotency_key"))
+        put_attr(attrs, "unknown.reason", error_type(e.data.get("reason")))
         if self.last_unknown_tool:
             attrs["reconcile_for"] = self.last_unknown_tool
         sid = span_id_of(self.task.id, f"reconcile:{e.seq}")
@@ -408,7 +325,7 @@ class _Builder:
             return
         r, self.reconcile = self.reconcile, None
         r.attrs["reconcile.result"] = _RECONCILE_RESULTS.get(e.type, e.type)
-        _put(r.attrs, "entered_by", self.workers.get(r.seq))
+        put_attr(r.attrs, "entered_by", self.workers.get(r.seq))
         self.worker(r.attrs, e)
         # The unknown outcome is the error (on the tool span); settling it is not. An outcome
         # that could not be settled is.
@@ -424,12 +341,12 @@ class _Builder:
         self.worker(attrs, e)
         if e.type == "lease_expired":
             owner = e.data.get("owner")
-            _put(attrs, "lease.owner", worker_name(str(owner)) if owner else owner)
+            put_attr(attrs, "lease.owner", worker_name(str(owner)) if owner else owner)
         if e.to_status in _FAILING:
-            _put(attrs, "reason.class", _error_type(e.data.get("reason")))
+            put_attr(attrs, "reason.class", error_type(e.data.get("reason")))
         if e.type in _APPROVAL_DECISIONS and e.data.get("approver"):
             attrs["approver"] = hashed_identity(str(e.data["approver"]))
-        self.root_events.append(SpanEvent(str(masked(e.type)), _utc(e.at), attrs))
+        self.root_events.append(SpanEvent(str(masked(e.type)), utc(e.at), attrs))
 
     # -- the walk
 
@@ -498,8 +415,8 @@ class _Builder:
             span_id=self.root_id,
             parent_id=None,
             name=f"invoke_agent {agent}",
-            start=_utc(start),
-            end=max(_utc(end), _utc(start)),
+            start=utc(start),
+            end=max(utc(end), utc(start)),
             status=status,
             attrs=attrs,
             events=tuple(self.root_events),
@@ -515,7 +432,7 @@ def _parse_time(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
     try:
-        return _utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
+        return utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
     except ValueError:
         return None
 
@@ -525,119 +442,3 @@ def spans_from_events(task: TaskFacts | Any, events: Sequence[EventView]) -> lis
     give the same spans, ids included."""
     facts = task if isinstance(task, TaskFacts) else facts_of(task)
     return _Builder(facts, sorted(events, key=lambda e: e.seq)).build()
-
-
-# -- renderers -----------------------------------------------------------------------------------
-
-
-def _ms(value: float) -> float | int:
-    rounded = round(value, 3)
-    return int(rounded) if rounded == int(rounded) else rounded
-
-
-def _iso(at: datetime) -> str:
-    return _utc(at).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def trace_json(spans: Sequence[SpanRecord]) -> dict[str, Any]:
-    """The seed's trace shape: trace id, root start, the redaction block, and each span with its
-    parent, offsets in milliseconds from the root's start, status and attributes."""
-    if not spans:
-        return {"trace_id": None, "root_start": None, "redaction": dict(REDACTION), "spans": []}
-    t0 = spans[0].start
-    out = []
-    for s in spans:
-        item: dict[str, Any] = {
-            "span_id": s.span_id,
-            "parent": s.parent_id,
-            "name": s.name,
-            "start_ms": _ms((s.start - t0).total_seconds() * 1000),
-            "duration_ms": _ms(s.duration_ms),
-            "status": s.status,
-            "attrs": dict(s.attrs),
-        }
-        if s.events:
-            item["events"] = [
-                {
-                    "name": ev.name,
-                    "at_ms": _ms((ev.at - t0).total_seconds() * 1000),
-                    "attrs": dict(ev.attrs),
-                }
-                for ev in s.events
-            ]
-        out.append(item)
-    return {
-        "trace_id": spans[0].trace_id,
-        "root_start": _iso(t0),
-        "redaction": dict(REDACTION),
-        "spans": out,
-    }
-
-
-_WATERFALL_WIDTH = 40
-# Root events the waterfall lists under the spans: the moments a lease gap is read from.
-_NOTABLE = frozenset({"lease_expired", "lease_lost_during_effect", "late_result_dropped"})
-_DETAIL_KEYS = (
-    ("gen_ai.request.model", "model"),
-    ("gen_ai.usage.input_tokens", "in"),
-    ("gen_ai.usage.output_tokens", "out"),
-    ("decision", "decision"),
-    ("policy.version", "policy"),
-    ("outcome", "outcome"),
-    ("error.type", "error"),
-    ("idempotency_key", "key"),
-    ("reconcile.result", "result"),
-    ("worker_held", "worker_held"),
-)
-
-
-def waterfall(spans: Sequence[SpanRecord], width: int = _WATERFALL_WIDTH) -> str:
-    """The trace as text: one line per span, indented by depth, with its offset, duration, a bar
-    on the root's time axis, its worker and the attributes an on-call engineer reads first. The
-    one red span reads `!!` in the status column."""
-    if not spans:
-        return "(no events)"
-    root = spans[0]
-    total = max(root.duration_ms, 0.001)
-    depth = {root.span_id: 0}
-    lines = [f"trace {root.trace_id}  started {_iso(root.start)}  {_fmt_ms(root.duration_ms)}"]
-    name_width = max(len(s.name) + 2 * _depth(s, depth) for s in spans)
-    for s in spans:
-        d = _depth(s, depth)
-        offset = (s.start - root.start).total_seconds() * 1000
-        lo = min(width - 1, int(offset / total * width))
-        hi = max(lo + 1, min(width, round((offset + s.duration_ms) / total * width)))
-        bar = " " * lo + "█" * (hi - lo) + " " * (width - hi)
-        mark = {"OK": "ok", "ERROR": "!!", "UNSET": ".."}[s.status]
-        worker = str(s.attrs.get("worker", ""))
-        detail = " ".join(f"{n}={_text(s.attrs[k])}" for k, n in _DETAIL_KEYS if k in s.attrs)
-        label = "  " * d + s.name
-        lines.append(
-            f"{_fmt_ms(offset):>11} {_fmt_ms(s.duration_ms):>10} |{bar}| {mark} "
-            f"{label:<{name_width}} {worker:<8} {detail}".rstrip()
-        )
-    notable = [ev for ev in root.events if ev.name in _NOTABLE or "reason.class" in ev.attrs]
-    for ev in notable:
-        offset = (ev.at - root.start).total_seconds() * 1000
-        attrs = " ".join(f"{k}={_text(v)}" for k, v in ev.attrs.items() if k != "worker")
-        worker = str(ev.attrs.get("worker", ""))
-        lines.append(f"{_fmt_ms(offset):>11}  event: {ev.name} ({worker}) {attrs}".rstrip())
-    return "\n".join(lines)
-
-
-def _text(value: AttrValue) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _depth(s: SpanRecord, depth: dict[str, int]) -> int:
-    if s.span_id not in depth:
-        depth[s.span_id] = (depth.get(s.parent_id or "", 0) + 1) if s.parent_id else 0
-    return depth[s.span_id]
-
-
-def _fmt_ms(ms: float) -> str:
-    if ms >= 60_000:
-        return f"{ms / 60_000:.1f}min"
-    if ms >= 1_000:
-        return f"{ms / 1000:.2f}s"
-    return f"{ms:.1f}ms"
