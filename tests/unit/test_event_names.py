@@ -51,15 +51,16 @@ def test_every_note_the_orchestrator_writes_reaches_workflows_as_a_typed_resumpt
     from agent_jobs.orchestrator.workflow import RESUME_KINDS
 
     kinds: set[str] = {"approval_denied", "approval_expired"}  # written through a variable
-    steps = ROOT / "agent_jobs" / "orchestrator" / "steps.py"
-    for node in ast.walk(ast.parse(steps.read_text(encoding="utf-8"))):
-        if (
-            isinstance(node, ast.Call)
-            and getattr(node.func, "id", "") == "note"
-            and len(node.args) >= 2
-            and isinstance(node.args[1], ast.Constant)
-        ):
-            kinds.add(str(node.args[1].value))
+    # The steps live in several modules (steps.py and the mixins it is made of): scan them all.
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", "") == "note"
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+            ):
+                kinds.add(str(node.args[1].value))
     assert kinds == set(RESUME_KINDS)
     resumed = resumed_from(
         {"runtime": {"notes": [{"kind": "effect_rejected", "code": "insufficient_funds", "x": 1}]}}

@@ -1,0 +1,127 @@
+"""Approvals (`ApprovalSteps`): asking for one, APPROVAL_WAIT, and a grant's revalidation.
+
+A grant is checked again before acting (`granted`), with today's policy; a valid one is consumed
+in the same transaction as the intent, and the effect path takes over (`execute_after`). A
+denial, an expiry or an invalid grant goes back to RUNNING with a note for the workflow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_jobs.core.contracts import Action, ApprovalView
+from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
+from agent_jobs.core.states import Status
+from agent_jobs.orchestrator.patches import action_summary, note, with_runtime
+from agent_jobs.orchestrator.session import Session
+from agent_jobs.orchestrator.step_base import StepBase
+from agent_jobs.policy.approvals import Grant, validate_grant
+from agent_jobs.store.ids import new_id
+
+S = Status
+
+
+class ApprovalSteps(StepBase):
+    # -- asked again: a retry in EXEC_UNKNOWN found the grant expired -----------------------
+
+    def request_approval(
+        self, s: Session, action: Action, rt: dict[str, Any], *, reason: str
+    ) -> Patch:
+        auth = self.authorize(s, action)
+        if auth.kind == "deny":
+            return Patch(
+                to=S.ESCALATED,
+                event="policy_denied_on_retry",
+                data={**action_summary(action), "reason": auth.reason},
+                outcome={"reason": "policy now denies the pending action"},
+            )
+        approval_id = new_id("apr")
+        rt["approval_id"] = approval_id
+        return Patch(
+            to=S.APPROVAL_WAIT,
+            event="approval_requested",
+            data={**action_summary(action), "approval_id": approval_id, "reason": reason},
+            state=with_runtime(None, s.task.state, rt),
+            wake_in_s=auth.ttl_s,
+            approval_request=ApprovalRequest(
+                approval_id, action, auth.policy_version, s.task.requester, reason, auth.ttl_s
+            ),
+        )
+
+    # -- APPROVAL_WAIT ---------------------------------------------------------------------
+
+    def approval_wait(self, s: Session) -> Patch | None:
+        rt = s.runtime()
+        approval, now = self.store.approval_at_now(rt["approval_id"])
+        if s.task.cancel_requested:
+            return self.cancelled(s)
+        action = Action.model_validate(rt["pending_action"])
+        if approval.status == "pending" and approval.expires_at > now:
+            return None  # woken early (a duplicate message): nothing was decided yet
+        if approval.status == "granted":
+            return self.granted(s, approval, action, rt, now)
+        kind = "approval_denied" if approval.status == "denied" else "approval_expired"
+        rt["pending_action"] = None
+        rt["approval_id"] = None
+        note(rt, kind, approval_id=approval.approval_id, approver=approval.approver)
+        use = ApprovalUse(approval.approval_id, "expired") if approval.status == "pending" else None
+        return Patch(
+            to=S.RUNNING,
+            event=kind,
+            data={"approval_id": approval.approval_id},
+            state=with_runtime(None, s.task.state, rt),
+            approval_use=use,
+        )
+
+    def granted(
+        self, s: Session, approval: ApprovalView, action: Action, rt: dict[str, Any], now: Any
+    ) -> Patch:
+        """Revalidate before acting, with the one grant check (`policy.approvals.validate_grant`,
+        the seed's `validateGrant`): used, not granted, action changed, expired, self-approval,
+        policy changed — and the policy of today must still not deny it (policy is evaluated
+        again on resume)."""
+        auth = self.authorize(s, action)
+        grant = Grant(
+            approval_id=approval.approval_id,
+            action_hash=approval.action_hash,
+            policy_version=approval.policy_version,
+            requester=approval.requester,
+            approver=approval.approver,
+            status=approval.status,
+            expires_at=approval.expires_at,
+            used_at=approval.used_at,
+        )
+        problem: str | None = validate_grant(
+            grant, action.action_hash, auth.policy_version, now
+        ).reason
+        if problem is None and auth.kind == "deny":
+            problem = "policy_denies_now"
+        if problem is not None:
+            rt["pending_action"] = None
+            rt["approval_id"] = None
+            note(rt, "approval_invalid", approval_id=approval.approval_id, reason=problem)
+            return Patch(
+                to=S.RUNNING,
+                event="approval_invalid",
+                data={"approval_id": approval.approval_id, "reason": problem},
+                state=with_runtime(None, s.task.state, rt),
+                approval_use=ApprovalUse(
+                    approval.approval_id, "expired" if problem == "expired" else "void"
+                ),
+            )
+        intent = Patch(
+            to=S.EXECUTING,
+            event="intent_recorded",
+            data={
+                **action_summary(action),
+                "approval_id": approval.approval_id,
+                "approver": approval.approver,
+                "policy_version": auth.policy_version,
+            },
+            state=with_runtime(None, s.task.state, rt),
+            keep_lease=True,
+            effect=EffectWrite(action, "intent"),
+            # Consumed in the intent's transaction (invariant 8): single use, checked by the DB.
+            approval_use=ApprovalUse(approval.approval_id, "used"),
+        )
+        return self.execute_after(s, intent, action)
