@@ -19,8 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agent_jobs.core.errors import ConfigError
 from agent_jobs.core.identity import lease_owner_for
+from agent_jobs.settings_parse import PREFIX as PREFIX  # noqa: PLC0414 - re-exported
+from agent_jobs.settings_parse import env_name as env_name  # noqa: PLC0414 - re-exported
+from agent_jobs.settings_parse import (
+    one_line_each,
+    parse_module_names,
+    parse_per_tenant,
+    parse_rate_limits,
+)
 
-PREFIX = "AGENT_JOBS_"
 EMBEDDED_DATABASE_URL = "sqlite:///agent_jobs.db"
 EMBEDDED_BROKER_URL = "memory://localhost/"
 # In the embedded mode one process holds broker, worker and beat: sweep often, presume a lost
@@ -313,56 +320,17 @@ class Settings(BaseModel):
     @field_validator("rate_limits", mode="before")
     @classmethod
     def _rate_limits(cls, raw: Any) -> Any:
-        """`acme=5:10,beta=0.5:2` -> ((acme, 5.0, 10), (beta, 0.5, 2))."""
-        if not isinstance(raw, str):
-            return raw
-        out = []
-        for item in _items(raw):
-            tenant, sep, spec = item.partition("=")
-            rate, sep2, burst = spec.partition(":")
-            try:
-                if not (sep and sep2 and tenant.strip()):
-                    raise ValueError(item)
-                entry = (tenant.strip(), float(rate), int(burst))
-            except ValueError:
-                raise ValueError(f"{item!r} is not tenant=rate:burst (e.g. acme=5:10)") from None
-            if entry[1] < 0 or entry[2] < 0:
-                raise ValueError(f"{item!r} must not be negative")
-            out.append(entry)
-        return tuple(out)
+        return parse_rate_limits(raw)
 
     @field_validator("tenant_caps", "tenant_weights", mode="before")
     @classmethod
     def _per_tenant(cls, raw: Any) -> Any:
-        """`acme=5,beta=2` -> (("acme", "5"), ("beta", "2")); the field's type converts."""
-        if not isinstance(raw, str):
-            return raw
-        out = []
-        for item in _items(raw):
-            tenant, sep, value = item.partition("=")
-            if not sep or not tenant.strip() or not value.strip():
-                raise ValueError(f"{item!r} is not tenant=value (e.g. acme=5)")
-            if value.strip().startswith("-"):
-                raise ValueError(f"{item!r} must not be negative")
-            out.append((tenant.strip(), value.strip()))
-        return tuple(out)
+        return parse_per_tenant(raw)
 
     @field_validator("workflows", mode="before")
     @classmethod
     def _module_names(cls, raw: Any) -> Any:
-        """`mypkg.workflows, other.mod` -> ("mypkg.workflows", "other.mod"), each a dotted
-        module name, duplicates dropped (a module is imported once anyway)."""
-        items = _items(raw) if isinstance(raw, str) else raw
-        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
-            return raw  # the field's type reports it
-        out: list[str] = []
-        for item in items:
-            if len(item) > 200 or not all(part.isidentifier() for part in item.split(".")):
-                shown = item if len(item) <= 60 else item[:59] + "…"
-                raise ValueError(f"{shown!r} is not a module name (e.g. mypkg.workflows)")
-            if item not in out:
-                out.append(item)
-        return tuple(out)
+        return parse_module_names(raw)
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
@@ -416,38 +384,11 @@ class Settings(BaseModel):
         return _validated({**self.model_dump(), **changes})
 
 
-def _items(raw: str) -> list[str]:
-    return [item.strip() for item in raw.split(",") if item.strip()]
-
-
-def env_name(field: str) -> str:
-    return PREFIX + field.upper()
-
-
 def _validated(data: Mapping[str, Any]) -> Settings:
     try:
         return Settings.model_validate(dict(data))
     except ValidationError as exc:
-        raise ConfigError(_one_line_each(exc, data)) from None
-
-
-def _one_line_each(exc: ValidationError, data: Mapping[str, Any]) -> str:
-    """One line per bad value: `AGENT_JOBS_SWEEP_BATCH='0': must be at least 1`."""
-    lines = []
-    for err in exc.errors():
-        loc = [str(p) for p in err.get("loc", ()) if not isinstance(p, int)]
-        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        msg = msg.replace("Input should be greater than or equal to", "must be at least")
-        msg = msg.replace("Input should be greater than", "must be more than")
-        msg = msg.replace("Input should be less than or equal to", "must be at most")
-        if loc:
-            name = loc[0]
-            shown = data.get(name)
-            value = f"={shown!r}" if isinstance(shown, str) else ""
-            lines.append(f"{env_name(name)}{value}: {msg}")
-        else:
-            lines.append(f"{PREFIX}{msg}")
-    return "\n".join(lines) or "invalid settings"
+        raise ConfigError(one_line_each(exc, data)) from None
 
 
 def from_environ(environ: Mapping[str, str]) -> Settings:
