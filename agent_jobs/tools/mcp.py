@@ -6,7 +6,7 @@ server's tools (`tools/list`) into ordinary `ToolDescriptor`s, so every check of
 applies to them unchanged: the step scope, the operator switches, the policy stamp, the
 idempotency key, intent before effect, and reconciliation of an unknown outcome by key.
 
-What comes from the server is data (`core.text`, the content rule):
+What comes from the server is data (`core.text`, the content rule; `tools.mcp_content`):
 
 - Names are ours: `<source>.<server tool>`, for declared tools only.
 - The argument schema is the server's, checked as a JSON schema, bounded in size, with local
@@ -41,7 +41,6 @@ audit, in the tool-call metrics).
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import json
 import logging
@@ -49,8 +48,8 @@ import os
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import anyio
 import httpx2
@@ -62,7 +61,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from agent_jobs.core.errors import AgentJobsError, ConfigError
-from agent_jobs.core.text import clean_json, clean_text, cut
+from agent_jobs.core.text import clean_text, cut
 from agent_jobs.tools.adapter import (
     AdapterResult,
     AdapterSignal,
@@ -73,31 +72,49 @@ from agent_jobs.tools.adapter import (
 )
 from agent_jobs.tools.descriptors import ToolDescriptor
 from agent_jobs.tools.mcp_config import HttpServer, McpSourceConfig, McpToolConfig, StdioServer
+from agent_jobs.tools.mcp_content import (
+    MAX_BLOCKS,
+    MAX_DESCRIPTION_CHARS,
+    MAX_ERROR_CHARS,
+    MAX_RESULT_CHARS,
+    MAX_SCHEMA_CHARS,
+    MIN_SCRUB_CHARS,
+    REDACTED,
+    Secrets,
+    check_schema_source,
+    result_value,
+    scrub,
+)
+
+__all__ = [
+    "CLEANUP_GRACE_S",
+    "MAX_BLOCKS",
+    "MAX_DESCRIPTION_CHARS",
+    "MAX_ERROR_CHARS",
+    "MAX_LIST_PAGES",
+    "MAX_MESSAGE_BYTES",
+    "MAX_RESULT_CHARS",
+    "MAX_SCHEMA_CHARS",
+    "MIN_SCRUB_CHARS",
+    "REDACTED",
+    "McpToolAdapter",
+    "McpToolSource",
+    "McpUnavailable",
+]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# The whole answer a model may be handed from one call, in characters: text blocks are cut to
-# what is left of it, structured content that does not fit is dropped (both marked `truncated`).
-MAX_RESULT_CHARS = 256 * 1024
 # One message from a streamable-HTTP server, as the SDK reads it (an SSE event): a larger answer
 # fails the call as `response_too_large`, as the HTTP adapter's limit does. A stdio server's
 # messages are lines the SDK reads whole: only the timeout bounds them.
 MAX_MESSAGE_BYTES = 1024 * 1024
-MAX_BLOCKS = 64
-MAX_DESCRIPTION_CHARS = 1000
-MAX_ERROR_CHARS = 500
-# A tool's argument schema is a few hundred bytes; a server's megabyte of schema is refused.
-MAX_SCHEMA_CHARS = 64 * 1024
 # Pages of `tools/list` read before giving up on a server that never stops paginating.
 MAX_LIST_PAGES = 20
 # Beyond the tool's timeout, how long the SDK may take to stop a server and close its streams
 # before the call is reported and the cleanup left to finish on its own thread.
 CLEANUP_GRACE_S = 3.0
-# A secret shorter than this is not scrubbed from results: it would mangle ordinary words.
-MIN_SCRUB_CHARS = 8
-REDACTED = "[redacted]"
 
 # JSON-RPC errors that say the request itself was refused, so nothing was done.
 _REFUSED = frozenset(
@@ -121,35 +138,6 @@ class _Phase:
     """Where a call is: whether the `tools/call` request has left (set just before it does)."""
 
     sent: bool = False
-
-
-@dataclass(frozen=True)
-class _Secrets:
-    """What one connection sends that must never come back: resolved values, for scrubbing."""
-
-    headers: dict[str, str] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    # The executor's minted credential, also on its own: a server may echo it without "Bearer".
-    token: str = ""
-
-    def values(self) -> list[str]:
-        found = {*self.headers.values(), *self.env.values(), self.token}
-        # Longest first, so a secret containing another is scrubbed whole.
-        return sorted((v for v in found if len(v) >= MIN_SCRUB_CHARS), key=len, reverse=True)
-
-
-def _scrub(value: Any, secrets: Sequence[str]) -> Any:
-    if not secrets:
-        return value
-    if isinstance(value, str):
-        for s in secrets:
-            value = value.replace(s, REDACTED)
-        return value
-    if isinstance(value, dict):
-        return {_scrub(k, secrets): _scrub(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub(v, secrets) for v in value]
-    return value
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -177,7 +165,7 @@ def _signal(
     if isinstance(e, MCPError):
         if e.code == mcp_types.REQUEST_TIMEOUT:
             return TransportFailed("timeout", "the request timed out", sent=sent)
-        message = cut(_scrub(clean_text(str(e.message)), secrets), MAX_ERROR_CHARS)
+        message = cut(scrub(clean_text(str(e.message)), secrets), MAX_ERROR_CHARS)
         if sent and e.code == mcp_types.CONNECTION_CLOSED and "byte limit" in message:
             # The SDK's words for an SSE event over `max_sse_event_size` (httpx2's SSEError).
             return ServiceFailed("response_too_large", message, transient=False)
@@ -198,39 +186,6 @@ def _signal(
             return ServiceRejected(f"mcp_http_{status}", "the server refused the connection")
     # Spawn failures, refused connections, broken pipes, closed streams, a dead process.
     return TransportFailed("connection_error", type(e).__name__, sent=sent)
-
-
-def _check_schema_source(name: str, schema: Any) -> dict[str, Any]:
-    """The server's argument schema, bounded, with local references only, and closed."""
-    if not isinstance(schema, dict):
-        raise ConfigError(f"mcp tool {name}: input schema is not an object")
-    try:
-        size = len(json.dumps(schema, allow_nan=False))
-    except (TypeError, ValueError, RecursionError) as e:
-        raise ConfigError(f"mcp tool {name}: input schema is not JSON: {type(e).__name__}") from e
-    if size > MAX_SCHEMA_CHARS:
-        raise ConfigError(f"mcp tool {name}: input schema of {size} chars is over the limit")
-    out = clean_json(copy.deepcopy(schema))
-
-    def refs_ok(node: Any) -> bool:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                # A reference out of the document could make the validator fetch a URL.
-                if k in ("$ref", "$dynamicRef") and not (isinstance(v, str) and v.startswith("#")):
-                    return False
-                if k in ("$id", "$schema") and node is not out:
-                    return False
-                if not refs_ok(v):
-                    return False
-        elif isinstance(node, list):
-            return all(refs_ok(v) for v in node)
-        return True
-
-    if not refs_ok(out):
-        raise ConfigError(f"mcp tool {name}: input schema refers outside itself")
-    out.pop("$id", None)
-    out["additionalProperties"] = False
-    return dict(out)
 
 
 class McpToolSource:
@@ -279,7 +234,7 @@ class McpToolSource:
             out.append(self._descriptor(decl, tool))
         return out
 
-    async def _list_tools(self, secrets: _Secrets, phase: _Phase) -> dict[str, mcp_types.Tool]:
+    async def _list_tools(self, secrets: Secrets, phase: _Phase) -> dict[str, mcp_types.Tool]:
         listed: dict[str, mcp_types.Tool] = {}
         async with self._session(secrets) as session:
             cursor: str | None = None
@@ -297,7 +252,7 @@ class McpToolSource:
 
     def _descriptor(self, decl: McpToolConfig, tool: mcp_types.Tool) -> ToolDescriptor:
         name = self.config.qualified(decl.tool)
-        schema = _check_schema_source(name, tool.input_schema)
+        schema = check_schema_source(name, tool.input_schema)
         if decl.kind == "effect":
             assert decl.key_arg is not None  # guaranteed by McpToolConfig
             props = schema.get("properties")
@@ -346,19 +301,19 @@ class McpToolSource:
             self._count(ServiceRejected("tool_misconfigured"))
             raise ServiceRejected("tool_misconfigured", str(e)) from None
 
-        async def go(secrets: _Secrets, phase: _Phase) -> mcp_types.CallToolResult:
+        async def go(secrets: Secrets, phase: _Phase) -> mcp_types.CallToolResult:
             async with self._session(secrets) as session:
                 phase.sent = True
                 return await session.call_tool(decl.tool, args)
 
         try:
             result = self._run(go, inv.timeout_s, phase, secrets)
-            return AdapterResult(value=_result_value(result, secrets.values()))
+            return AdapterResult(value=result_value(result, secrets.values()))
         except AdapterSignal as e:
             self._count(e)
             raise
 
-    def _resolve(self, inv: Invocation | None) -> _Secrets:
+    def _resolve(self, inv: Invocation | None) -> Secrets:
         server = self.config.server
 
         def secret(name: str) -> str:
@@ -371,16 +326,16 @@ class McpToolSource:
             headers = {h: secret(n) for h, n in server.secret_headers.items()}
             if server.send_credential and inv is not None:
                 headers["Authorization"] = f"Bearer {inv.credential.token}"
-                return _Secrets(headers=headers, token=inv.credential.token)
-            return _Secrets(headers=headers)
+                return Secrets(headers=headers, token=inv.credential.token)
+            return Secrets(headers=headers)
         env = {k: secret(n) for k, n in server.secret_env.items()}
         if server.credential_env and inv is not None:
             env[server.credential_env] = inv.credential.token
-            return _Secrets(env=env, token=inv.credential.token)
-        return _Secrets(env=env)
+            return Secrets(env=env, token=inv.credential.token)
+        return Secrets(env=env)
 
     @contextlib.asynccontextmanager
-    async def _session(self, secrets: _Secrets) -> AsyncIterator[ClientSession]:
+    async def _session(self, secrets: Secrets) -> AsyncIterator[ClientSession]:
         server = self.config.server
         async with contextlib.AsyncExitStack() as stack:
             if isinstance(server, StdioServer):
@@ -408,10 +363,10 @@ class McpToolSource:
 
     def _run(
         self,
-        fn: Callable[[_Secrets, _Phase], Awaitable[T]],
+        fn: Callable[[Secrets, _Phase], Awaitable[T]],
         timeout_s: float,
         phase: _Phase,
-        secrets: _Secrets | None,
+        secrets: Secrets | None,
     ) -> T:
         """`fn` on an event loop of its own thread, bounded by `timeout_s` (and the grace for
         the SDK's cleanup); any failure comes out as an `AdapterSignal`."""
@@ -461,46 +416,7 @@ class McpToolAdapter:
         return self.source.call(self.decl, inv)
 
 
-BlockKind = Literal["text", "image", "audio", "resource_link", "resource"]
-
-
-def _result_value(result: Any, secrets: list[str]) -> dict[str, Any]:
-    """A `tools/call` result as the data a model may be shown: text and structured content,
-    cleaned, bounded and scrubbed; an `isError` result is a definitive rejection."""
-    if not isinstance(result, mcp_types.CallToolResult):
-        # An input-required or task result: a conversation this executor does not hold.
-        raise ServiceFailed("unsupported_result", type(result).__name__, transient=False)
-    budget = MAX_RESULT_CHARS
-    truncated = False
-    content: list[dict[str, Any]] = []
-    for block in result.content[:MAX_BLOCKS]:
-        if isinstance(block, mcp_types.TextContent):
-            text = _scrub(clean_text(block.text), secrets)
-            if len(text) > budget:
-                # `cut` marks the cut with an ellipsis, which an exhausted budget has no room for.
-                text, truncated = (cut(text, budget) if budget > 0 else ""), True
-            budget -= len(text)
-            content.append({"type": "text", "text": text})
-        else:
-            # Images, audio and resources are not passed on: only that one was there.
-            kind = cut(clean_text(str(getattr(block, "type", "unknown"))), 40)
-            content.append({"type": kind, "omitted": True})
-    truncated = truncated or len(result.content) > MAX_BLOCKS
-    if result.is_error:
-        text = " ".join(str(b.get("text", "")) for b in content)
-        raise ServiceRejected("tool_error", cut(text, MAX_ERROR_CHARS) or "the tool failed")
-    structured = None
-    if result.structured_content is not None:
-        cleaned = _scrub(clean_json(result.structured_content), secrets)
-        try:
-            size = len(json.dumps(cleaned, allow_nan=False))
-        except (TypeError, ValueError, RecursionError):
-            size = budget + 1
-        if size <= budget:
-            structured = cleaned
-        else:
-            truncated = True
-    out: dict[str, Any] = {"content": content, "structured": structured}
-    if truncated:
-        out["truncated"] = True
-    return out
+# The helpers' names from before they moved to `tools.mcp_content`, for the tests that import
+# them from here.
+_check_schema_source = check_schema_source
+_result_value = result_value
