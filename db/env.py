@@ -7,7 +7,8 @@ from alembic import context
 from sqlalchemy import Engine
 
 from agent_jobs.config import load_settings
-from agent_jobs.store.engine import lifted_timeouts, make_engine
+from agent_jobs.store import backend
+from agent_jobs.store.engine import make_engine
 from agent_jobs.store.schema import metadata
 
 config = context.config
@@ -16,7 +17,7 @@ if not isinstance(engine, Engine):
     engine = make_engine(load_settings().database_url)
 
 # A migration may build an index over millions of rows: no statement or lock timeout for it.
-with engine.connect() as connection, lifted_timeouts(connection):
+with engine.connect() as connection, backend.of(engine).lifted_timeouts(connection):
     # SQLite cannot ALTER most things in place; batch mode rebuilds tables for it.
     context.configure(
         connection=connection,

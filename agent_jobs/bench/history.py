@@ -19,7 +19,6 @@ from agent_jobs.bench.common import Phase, abba, median, require_services
 from agent_jobs.bench.common import progress as say
 from agent_jobs.bench.procs import cpu_seconds, workers_cpu
 from agent_jobs.config import load_settings
-from agent_jobs.store.engine import lifted_timeouts
 from agent_jobs.store.store import Store
 
 TARGET_RATIO = 0.9
@@ -117,7 +116,8 @@ def _history_database(
     (after removing the tasks an earlier run added), else empty and seed it. The rows present,
     and the seconds seeding took (None when reused)."""
     from agent_jobs.store.admin import claim_database, prepare  # noqa: PLC0415
-    from agent_jobs.store.benchdata import HISTORY_REQUESTER, seed_history  # noqa: PLC0415
+    from agent_jobs.store.backend.postgres_seed import HISTORY_REQUESTER  # noqa: PLC0415
+    from agent_jobs.store.benchdata import seed_history  # noqa: PLC0415
     from agent_jobs.store.migrate import upgrade  # noqa: PLC0415
 
     name = _name(url)
@@ -188,7 +188,7 @@ def _vacuum_analyze(store: Store) -> None:
     """Statistics for the planner, and the visibility map and hint bits set now, so that the
     first round does not pay for writing them."""
     autocommit = store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-    with autocommit as conn, lifted_timeouts(conn):  # long by design: no statement timeout
+    with autocommit as conn, store.backend.lifted_timeouts(conn):  # long by design: no timeout
         conn.exec_driver_sql("VACUUM ANALYZE tasks, task_events")
 
 

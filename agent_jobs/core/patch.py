@@ -63,6 +63,9 @@ class Patch:
     approval_use: ApprovalUse | None = None
     dead_letter: str | None = None
     outcome: dict[str, Any] | None = None
+    # A dead-letter replay (`REPLAY_TRANSITIONS`): the task starts over, its outcome and any
+    # hold cleared (with `attempts=0`, its last error too).
+    replay: bool = False
 
     @property
     def terminal(self) -> bool:

@@ -98,15 +98,24 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 # Where a RETRY_WAIT may resume: the statuses whose failed step it parks.
 RESUMABLE: frozenset[Status] = frozenset({S.RECEIVED, S.RUNNING, S.VERIFYING, S.EXECUTING})
 
+# An operator's dead-letter replay (`agent-jobs dead-letters replay`): the only way out of a
+# terminal status, and only from FAILED, into the step that dead-lettered (RUNNING when it named
+# none). Not in `TRANSITIONS`, which a step's own patches follow: no step can leave FAILED.
+REPLAY_TRANSITIONS: dict[Status, frozenset[Status]] = {
+    S.FAILED: frozenset({S.RECEIVED, S.RUNNING, S.VERIFYING}),
+}
 
-def is_legal(frm: Status, to: Status) -> bool:
-    """True when the table allows moving from `frm` to `to`."""
+
+def is_legal(frm: Status, to: Status, *, replay: bool = False) -> bool:
+    """True when the table allows moving from `frm` to `to` (with `replay`, the replay table)."""
+    if replay:
+        return to in REPLAY_TRANSITIONS.get(frm, frozenset())
     return to in TRANSITIONS[frm]
 
 
-def check_transition(frm: Status, to: Status) -> None:
+def check_transition(frm: Status, to: Status, *, replay: bool = False) -> None:
     """Raise `IllegalTransition` unless the table allows `frm -> to`."""
-    if not is_legal(frm, to):
+    if not is_legal(frm, to, replay=replay):
         raise IllegalTransition(frm.value, to.value)
 
 

@@ -19,10 +19,10 @@ from agent_jobs.core.errors import InvalidInput
 from agent_jobs.ops.live import notify, to_set
 from agent_jobs.ops.switches import ALL, Kind, check_key, check_value
 from agent_jobs.store import Dispatch, Store
+from agent_jobs.store.dead_letters import ReplayResult
 from agent_jobs.store.ops import (
     IncidentFilter,
     IncidentTask,
-    ReplayResult,
     SwitchChange,
     SwitchRow,
 )

@@ -33,6 +33,7 @@ from agent_jobs.store import (
     CancelResult,
     CreateResult,
     Dispatch,
+    Guard,
     Lease,
     PendingEvent,
     Store,
@@ -385,7 +386,7 @@ class Orchestrator:
         run (owned elsewhere, parked, or terminal: a duplicate delivery is harmless)."""
         ttl = self.settings.lease_ttl_s
         if claim:
-            return self.store.claim_in(conn, task_id, owner, ttl)
+            return self.store.claim(task_id, owner, ttl, conn=conn)
         if row is not None:
             workflow = self._workflow(row)
             if workflow is not None and self._quick(row, workflow):
@@ -399,7 +400,7 @@ class Orchestrator:
         workflow = self._workflow(task)
         if workflow is not None and self._quick(task, workflow):
             return self._quick_step(conn, task, workflow, owner, started)
-        return self.store.claim_read(conn, task, owner, ttl)
+        return self.store.claim(task_id, owner, ttl, conn=conn, seen=task)
 
     def _workflow(self, task: TaskRow) -> Workflow | None:
         return self.workflows.get(task.workflow) if task.workflow in self.workflows else None
@@ -437,14 +438,13 @@ class Orchestrator:
             self.observer.step(task.status.value, time.monotonic() - started, "noop")
             return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
         try:
-            if self.settings.step_row_max_bytes > 0:
-                new, dispatch = self.store.commit_quick(
-                    conn, task, patch, actor=owner, unheld=carried
-                )
-                if dispatch is not None and startable(new, task.id):
-                    dispatch = self._told(dispatch, new, workflow, carry=True)
-            else:
-                dispatch = self.store.commit_read(conn, task, patch, actor=owner)
+            # The row back only when the next step may start from it (it rides in the message).
+            carry = self.settings.step_row_max_bytes > 0
+            guard = Guard.carried(task) if carried else Guard.seen(task)
+            done = self.store.transition(guard, patch, conn=conn, actor=owner, returning=carry)
+            dispatch, new = done.dispatch, done.task
+            if dispatch is not None and new is not None and startable(new, task.id):
+                dispatch = self._told(dispatch, new, workflow, carry=True)
         except StaleTransition:
             if carried:
                 return None  # the carried row is not the task's any more: read it
@@ -598,12 +598,11 @@ class Orchestrator:
         frm = s.lease.task.status
         events = tuple(s.pending)
         try:
-            if patch.keep_lease:
-                dispatch = self.store.commit(
-                    s.lease, patch, lease_ttl_s=self.settings.lease_ttl_s, events=events
-                ).dispatch
-            else:  # the usual end of a step: no new row to read back
-                dispatch = self.store.commit_lean(s.lease, patch, events=events)
+            # The usual end of a step gives the lease back and needs no new row read back.
+            dispatch = self.store.transition(
+                Guard.lease(s.lease), patch, events=events,
+                lease_ttl_s=self.settings.lease_ttl_s, returning=patch.keep_lease,
+            ).dispatch  # fmt: skip
         except StaleTransition as exc:
             self.observer.stale_commit()
             self._flush(s)  # what the step did is recorded, its result is not
@@ -654,8 +653,8 @@ class Orchestrator:
     def _commit_keep(self, s: Session, patch: Patch) -> Lease:
         frm = s.lease.task.status
         events = tuple(s.pending)
-        result = self.store.commit(
-            s.lease, patch, lease_ttl_s=self.settings.lease_ttl_s, events=events
+        result = self.store.transition(
+            Guard.lease(s.lease), patch, lease_ttl_s=self.settings.lease_ttl_s, events=events
         )
         del s.pending[: len(events)]
         assert result.lease is not None

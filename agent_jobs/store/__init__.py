@@ -1,6 +1,7 @@
 """Persistence. The only package that imports SQLAlchemy; everything else goes through `Store`."""
 
 from agent_jobs.store.approvals import DecisionResult
+from agent_jobs.store.guard import Guard
 from agent_jobs.store.rows import (
     CommitResult,
     CreateResult,
@@ -18,6 +19,7 @@ __all__ = [
     "CreateResult",
     "DecisionResult",
     "Dispatch",
+    "Guard",
     "Lease",
     "PendingEvent",
     "RejectedSubmission",

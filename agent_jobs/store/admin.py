@@ -15,7 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from agent_jobs.core.errors import ConfigError
-from agent_jobs.store.engine import lifted_timeouts, make_engine, normalize_pg_url, shown_url
+from agent_jobs.store.engine import make_engine, normalize_pg_url, shown_url
 from agent_jobs.store.migrate import upgrade
 from agent_jobs.store.schema import metadata
 from agent_jobs.store.store import Store
@@ -129,20 +129,9 @@ def truncate(store: Store) -> None:
     """Empty every table, after `check_disposable`."""
     check_disposable(store.engine.url.render_as_string(hide_password=False))
     with store.engine.begin() as conn:
-        if store.dialect == "postgresql":
-            names = ", ".join(t.name for t in metadata.sorted_tables)
-            conn.exec_driver_sql(f"TRUNCATE {names} CASCADE")
-        else:
-            for table in reversed(metadata.sorted_tables):
-                conn.execute(table.delete())
+        store.backend.truncate(conn, metadata.sorted_tables)
 
 
 def analyze(store: Store) -> None:
-    if store.dialect == "postgresql":
-        autocommit = store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-        # VACUUM over millions of rows is long by design: no statement timeout.
-        with autocommit as conn, lifted_timeouts(conn):
-            conn.exec_driver_sql("VACUUM ANALYZE tasks")
-    else:
-        with store.engine.begin() as conn:
-            conn.exec_driver_sql("ANALYZE")
+    """Refresh the planner's statistics (Postgres: VACUUM ANALYZE of the tasks)."""
+    store.backend.analyze(store.engine)

@@ -61,8 +61,7 @@ class ArchiveStore(StoreBase):
             .order_by(tasks.c.created_at)
             .limit(limit)
         )
-        if self.dialect == "postgresql":
-            oldest = oldest.with_for_update(skip_locked=True)
+        oldest = self.backend.skip_locked(oldest)
         with self.tx() as conn:
             found = [dict(r._mapping) for r in conn.execute(oldest)]
             if not found:

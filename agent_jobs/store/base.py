@@ -9,6 +9,7 @@ from typing import Self
 
 from sqlalchemy import Connection, Engine, select
 
+from agent_jobs.store import backend
 from agent_jobs.store.engine import make_engine
 from agent_jobs.store.types import db_now
 
@@ -16,7 +17,9 @@ from agent_jobs.store.types import db_now
 class StoreBase:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.dialect = engine.dialect.name
+        # How this database does each operation (`store.backend`): nothing else asks which
+        # database it is.
+        self.backend = backend.of(engine)
 
     @classmethod
     def from_url(cls, url: str) -> Self:
@@ -29,30 +32,12 @@ class StoreBase:
 
     @contextmanager
     def autocommit(self) -> Iterator[Connection]:
-        """A connection whose every statement is atomic by itself, on Postgres: for a read or a
-        write that is one statement, no BEGIN and no COMMIT or ROLLBACK round trip around it
-        (a read on `engine.connect()` costs three: BEGIN, the query, the reset's ROLLBACK).
-        On SQLite, one transaction, as `tx`."""
-        if self.dialect != "postgresql":
-            with self.tx() as conn:
-                yield conn
-            return
-        with self.engine.connect() as conn:
-            # The driver's own switch, not SQLAlchemy's `isolation_level="AUTOCOMMIT"`: that
-            # one is undone on the connection's return to the pool with a `SET` sent to the
-            # server, a round trip each time. psycopg2's flag is client-side: it changes nothing
-            # on the server, and with it set `rollback()` (SQLAlchemy's reset) sends nothing.
-            dbapi = conn.connection.dbapi_connection
-            dbapi.autocommit = True  # type: ignore[union-attr]
-            try:
-                yield conn
-            finally:
-                if conn.in_transaction():
-                    conn.rollback()  # SQLAlchemy's bookkeeping only: nothing is open
-                # A connection found dead was invalidated and closed: there is no flag to put
-                # back, and trying would hide the error that killed it.
-                if not conn.invalidated and not dbapi.closed:  # type: ignore[union-attr]
-                    dbapi.autocommit = False  # type: ignore[union-attr]
+        """A connection whose every statement is atomic by itself, where the database has that:
+        for a read or a write that is one statement, no BEGIN and no COMMIT or ROLLBACK round
+        trip around it (a read on `engine.connect()` costs three). Elsewhere one transaction,
+        as `tx` (`Backend.autocommit`)."""
+        with self.backend.autocommit(self.engine) as conn:
+            yield conn
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Select, func, select, update
+from sqlalchemy import Connection, func, select, update
 
+from agent_jobs.store.backend import Backend
 from agent_jobs.store.rows import Dispatch, Lease
 from agent_jobs.store.schema import tasks
 from agent_jobs.store.types import db_now
@@ -33,16 +34,16 @@ def hold(
 
 
 def take_held(
-    conn: Connection, dialect: str, reason: str, tenant_id: str | None, limit: int
+    backend: Backend, conn: Connection, reason: str, tenant_id: str | None, limit: int
 ) -> list[Dispatch]:
     """Release up to `limit` held tasks, oldest first, recording their dispatch (the caller
     publishes them). SKIP LOCKED: two pumps at once never release the same task."""
     cond = _HELD & (tasks.c.held_for == reason)
     if tenant_id is not None:
         cond = cond & (tasks.c.tenant_id == tenant_id)
-    ids: Select[Any] = select(tasks.c.id).where(cond).order_by(tasks.c.held_since).limit(limit)
-    if dialect == "postgresql":
-        ids = ids.with_for_update(skip_locked=True)
+    ids = backend.skip_locked(
+        select(tasks.c.id).where(cond).order_by(tasks.c.held_since).limit(limit)
+    )
     # Two statements, not `UPDATE ... WHERE id IN (SELECT ... LIMIT n)`: Postgres may run that
     # sub-select more than once and release more than `limit` tasks, which the pump would then
     # never send. The rows picked here stay locked until this transaction ends.

@@ -17,7 +17,6 @@ from agent_jobs.store.base import StoreBase
 from agent_jobs.store.rows import Dispatch, Lease, TaskRow
 from agent_jobs.store.schema import dead_letters, marks, signing_keys, tasks
 from agent_jobs.store.types import db_now
-from agent_jobs.store.writes import insert_ignore
 
 _TERMINAL = [s.value for s in TERMINAL]
 # The statuses of `ix_tasks_active_tenant`'s predicate, spelled as an IN list so that Postgres
@@ -70,7 +69,7 @@ class MaintenanceStore(StoreBase):
     def signing_key(self, name: str) -> bytes:
         """The key named `name`, made (32 random bytes) by whichever process asks first."""
         with self.tx() as conn:
-            stmt = insert_ignore(self.dialect, signing_keys).values(
+            stmt = self.backend.insert_ignore(signing_keys).values(
                 name=name, secret=secrets.token_hex(32), created_at=db_now()
             )
             conn.execute(stmt.on_conflict_do_nothing(index_elements=["name"]))
@@ -85,19 +84,19 @@ class MaintenanceStore(StoreBase):
         self, limit: int, lost_lease: Callable[[TaskRow], Patch]
     ) -> list[Dispatch]:
         with self.tx() as conn:
-            return sweeps.expired_leases(conn, self.dialect, limit, lost_lease)
+            return sweeps.expired_leases(self.backend, conn, limit, lost_lease)
 
     def sweep_lost_dispatch(self, limit: int, cutoff: datetime) -> list[Dispatch]:
         with self.tx() as conn:
-            return sweeps.lost_dispatch(conn, self.dialect, limit, cutoff)
+            return sweeps.lost_dispatch(self.backend, conn, limit, cutoff)
 
     def sweep_due(self, status: Status, limit: int, cutoff: datetime) -> list[Dispatch]:
         with self.tx() as conn:
-            return sweeps.due_timers(conn, self.dialect, status, limit, cutoff)
+            return sweeps.due_timers(self.backend, conn, status, limit, cutoff)
 
     def sweep_expired_approvals(self, limit: int) -> list[Dispatch]:
         with self.tx() as conn:
-            return sweeps.expired_approvals(conn, self.dialect, limit)
+            return sweeps.expired_approvals(self.backend, conn, limit)
 
     # -- the dispatch gate's holds (see holds.py and queue/gate.py) ---------------------------
 
@@ -110,7 +109,7 @@ class MaintenanceStore(StoreBase):
         self, reason: str, *, tenant_id: str | None = None, limit: int = 1
     ) -> list[Dispatch]:
         with self.tx() as conn:
-            return holds.take_held(conn, self.dialect, reason, tenant_id, limit)
+            return holds.take_held(self.backend, conn, reason, tenant_id, limit)
 
     def held_tenants(self, reason: str) -> list[str]:
         with self.engine.connect() as conn:

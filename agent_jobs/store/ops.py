@@ -21,13 +21,10 @@ from sqlalchemy import Connection, delete, exists, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agent_jobs.core.contracts import EffectView
-from agent_jobs.core.states import Status
 from agent_jobs.store.base import StoreBase
 from agent_jobs.store.holds import _HELD
 from agent_jobs.store.rows import Dispatch, effect_from_row
 from agent_jobs.store.schema import (
-    dead_letter_replays,
-    dead_letters,
     effects,
     ops_switch_history,
     ops_switches,
@@ -35,10 +32,6 @@ from agent_jobs.store.schema import (
     tasks,
 )
 from agent_jobs.store.types import db_now
-
-# Where a replayed task resumes: the dispatchable status whose step failed, else RUNNING.
-_REPLAY_INTO = frozenset({Status.RECEIVED, Status.RUNNING, Status.VERIFYING})
-REPLAYED_EVENT = "dead_letter_replayed"
 
 
 @dataclass(frozen=True)
@@ -94,18 +87,6 @@ class IncidentTask:
     policy_versions: list[str]
     tools_used: list[str]
     effects: list[EffectView] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class ReplayResult:
-    """`replayed`: this call resumed the task; False: nothing to do (already replayed, no such
-    dead letter, or the task is no longer FAILED), with `reason`."""
-
-    task_id: str
-    replayed: bool
-    reason: str
-    resumed_as: str | None = None
-    dispatch: Dispatch | None = None
 
 
 def _tool_of_event(type_: str) -> str | None:
@@ -228,8 +209,7 @@ class OpsStore(StoreBase):
         )
         with self.tx() as conn:
             ids = select(tasks.c.id).where(cond).order_by(tasks.c.held_since).limit(limit)
-            if self.dialect == "postgresql":
-                ids = ids.with_for_update(skip_locked=True)
+            ids = self.backend.skip_locked(ids)
             picked = list(conn.execute(ids).scalars())
             if not picked:
                 return []
@@ -348,133 +328,3 @@ class OpsStore(StoreBase):
             tools_used=sorted(tools),
             effects=done,
         )
-
-    # -- dead-letter replay --------------------------------------------------------------------
-
-    def replay_dead_letter(self, task_id: str, *, actor: str, why: str) -> ReplayResult:
-        """Resume a dead-lettered FAILED task from its last checkpoint (its state is kept).
-
-        One transaction: read the dead letter; the guarded UPDATE (FAILED, and that dead letter
-        still present) to the status whose step failed (RUNNING unless it was RECEIVED or
-        VERIFYING), with attempts reset, outcome and last error cleared and a dispatch record;
-        the `dead_letter_replayed` event; the dead letter moved to `dead_letter_replays`. A
-        concurrent or repeated replay finds the task no longer FAILED or the dead letter gone,
-        and does nothing."""
-        with self.tx() as conn:
-            dl = (
-                conn.execute(select(dead_letters).where(dead_letters.c.task_id == task_id))
-                .mappings()
-                .first()
-            )
-            if dl is None:
-                done = conn.execute(
-                    select(dead_letter_replays.c.replayed_at)
-                    .where(dead_letter_replays.c.task_id == task_id)
-                    .order_by(dead_letter_replays.c.replayed_at.desc())
-                ).first()
-                why_not = "already replayed" if done is not None else "no dead letter for this task"
-                return ReplayResult(task_id, False, why_not)
-            step = conn.execute(
-                select(task_events.c.data)
-                .where((task_events.c.task_id == task_id) & (task_events.c.type == "dead_lettered"))
-                .order_by(task_events.c.seq.desc())
-                .limit(1)
-            ).scalar_one_or_none()
-            into = Status.RUNNING
-            raw = step.get("step") if isinstance(step, dict) else None
-            if raw in {s.value for s in _REPLAY_INTO}:
-                into = Status(raw)
-            row = conn.execute(
-                update(tasks)
-                .where(
-                    (tasks.c.id == task_id)
-                    & (tasks.c.status == Status.FAILED.value)
-                    # The dead letter is still there: a replay that ran meanwhile moved it.
-                    & exists().where(dead_letters.c.task_id == task_id)
-                )
-                .values(
-                    status=into.value,
-                    version=tasks.c.version + 1,
-                    event_seq=tasks.c.event_seq + 1,
-                    attempts=0,
-                    last_error=None,
-                    outcome=None,
-                    next_attempt_at=None,
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    held_since=None,
-                    held_for=None,
-                    dispatched_at=db_now(),
-                    updated_at=db_now(),
-                )
-                .returning(tasks.c.event_seq, tasks.c.trace_id, tasks.c.tenant_id)
-            ).first()
-            if row is None:
-                return ReplayResult(task_id, False, "the task is not FAILED")
-            seq, trace_id, tenant_id = row
-            conn.execute(
-                insert(task_events).values(
-                    task_id=task_id,
-                    seq=seq,
-                    type=REPLAYED_EVENT,
-                    from_status=Status.FAILED.value,
-                    to_status=into.value,
-                    data={
-                        "by": actor[:255],
-                        "why": why[:500],
-                        "dead_lettered_at": dl["at"].isoformat(),
-                        "dead_letter_reason": str(dl["reason"])[:500],
-                        "attempts_before": int(dl["attempts"]),
-                    },
-                    trace_id=trace_id,
-                    at=db_now(),
-                )
-            )
-            conn.execute(
-                insert(dead_letter_replays).values(
-                    task_id=task_id,
-                    dead_lettered_at=dl["at"],
-                    tenant_id=dl["tenant_id"],
-                    workflow=dl["workflow"],
-                    reason=dl["reason"],
-                    attempts=dl["attempts"],
-                    replayed_by=actor[:255],
-                    why=why[:1000],
-                    replayed_at=db_now(),
-                )
-            )
-            conn.execute(delete(dead_letters).where(dead_letters.c.task_id == task_id))
-        return ReplayResult(
-            task_id, True, "replayed", resumed_as=into.value, dispatch=Dispatch(task_id, tenant_id)
-        )
-
-    def dead_letter_ids(
-        self,
-        *,
-        tenant_id: str | None = None,
-        workflow: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        limit: int = 100,
-    ) -> list[str]:
-        """Dead letters matching a filter, oldest first (what a replay by filter walks)."""
-        q = select(dead_letters.c.task_id).order_by(dead_letters.c.at).limit(limit)
-        if tenant_id is not None:
-            q = q.where(dead_letters.c.tenant_id == tenant_id)
-        if workflow is not None:
-            q = q.where(
-                (dead_letters.c.workflow == workflow)
-                if "@" in workflow
-                else or_(
-                    dead_letters.c.workflow == workflow,
-                    dead_letters.c.workflow.like(f"{workflow}@%"),
-                )
-            )
-        if since is not None:
-            q = q.where(dead_letters.c.at >= since)
-        if until is not None:
-            q = q.where(dead_letters.c.at < until)
-        with self.engine.connect() as conn:
-            ids = [str(x) for x in conn.execute(q).scalars()]
-            conn.rollback()
-        return ids

@@ -27,7 +27,6 @@ from agent_jobs.store.schema import (
     tasks,
 )
 from agent_jobs.store.types import db_now
-from agent_jobs.store.writes import insert_ignore
 
 MODES = ("none", "shadow", "canary")
 
@@ -143,7 +142,7 @@ class ReleaseStore(StoreBase):
         another manifest under an existing id is a `ReleaseConflict` (ids are never reused)."""
         rid, workflow = str(manifest["release_id"]), str(manifest["workflow"])
         with self.tx() as conn:
-            stmt = insert_ignore(self.dialect, releases).values(
+            stmt = self.backend.insert_ignore(releases).values(
                 release_id=rid,
                 workflow=workflow,
                 manifest=manifest,
@@ -239,7 +238,7 @@ class ReleaseStore(StoreBase):
         }
         with self.tx() as conn:
             if expect is None:
-                stmt = insert_ignore(self.dialect, release_rollouts).values(
+                stmt = self.backend.insert_ignore(release_rollouts).values(
                     workflow=workflow, **values
                 )
                 n = conn.execute(stmt.on_conflict_do_nothing()).rowcount

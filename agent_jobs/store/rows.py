@@ -192,7 +192,10 @@ class CreateResult:
 
 @dataclass(frozen=True)
 class CommitResult:
-    task: TaskRow
+    """What `Store.transition` did: the new row (None when the caller asked for none back), the
+    lease kept (`Patch.keep_lease`), and the step message to publish now that it committed."""
+
+    task: TaskRow | None
     lease: Lease | None
     dispatch: Dispatch | None
 

@@ -7,34 +7,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Select,
-    bindparam,
-    case,
-    func,
-    insert,
-    or_,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import Connection, Select, case, func, select, update
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from agent_jobs.core.contracts import (
-    EffectView,
-    EventView,
-    TaskRequest,
-)
+from agent_jobs.core.contracts import EffectView, EventView, TaskRequest
 from agent_jobs.core.errors import IdempotencyConflict, RecordNotFound, StaleTransition
 from agent_jobs.core.hashing import payload_hash
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import PARKED, TERMINAL, Status
-from agent_jobs.core.text import to_json
-from agent_jobs.store import prepared, sweeps
+from agent_jobs.store import sweeps, transition
 from agent_jobs.store.approvals import ApprovalStore
 from agent_jobs.store.archive import ArchiveStore
+from agent_jobs.store.backend import NewTask
+from agent_jobs.store.dead_letters import DeadLetterStore
+from agent_jobs.store.guard import Guard
 from agent_jobs.store.ids import new_id, new_trace_id
 from agent_jobs.store.maintenance import MaintenanceStore
 from agent_jobs.store.ops import OpsStore
@@ -50,132 +37,12 @@ from agent_jobs.store.rows import (
     event_from_row,
     task_from_row,
 )
-from agent_jobs.store.schema import (
-    columns_sql,
-    effects,
-    task_events,
-    tasks,
-)
+from agent_jobs.store.schema import effects, task_events, tasks
 from agent_jobs.store.submissions import SubmissionStore
-from agent_jobs.store.types import commits_without_flush, db_now, db_now_plus
-from agent_jobs.store.writes import (
-    append_event,
-    append_pending,
-    apply_patch,
-    apply_patch_lean,
-    insert_ignore,
-    single_statement,
-)
+from agent_jobs.store.types import db_now, db_now_plus
 
 _TERMINAL = [s.value for s in TERMINAL]
-_NOT_TERMINAL = text("tasks.status NOT IN (" + ", ".join(f"'{s}'" for s in sorted(_TERMINAL)) + ")")
-
-_CLAIMABLE = (
-    _NOT_TERMINAL
-    # A held task has no message on purpose; a stray duplicate must not run it past the gate.
-    & tasks.c.held_since.is_(None)
-    & or_(tasks.c.lease_expires_at.is_(None), tasks.c.lease_expires_at < db_now())
-    & or_(tasks.c.next_attempt_at.is_(None), tasks.c.next_attempt_at <= db_now())
-)
-_CLAIMABLE_ROW = select(tasks).where((tasks.c.id == bindparam("p_id")) & _CLAIMABLE)
-# Built once: the claim runs for every step, and building the expression costs more than
-# running it. Claimable = not terminal, lease free or lapsed, timer (if any) due.
-# Both claims commit without waiting for the disk (`commits_without_flush`): a claim is a lease,
-# and the next synchronous commit (the step's) flushes it anyway; this saves a WAL flush a step.
-_CLAIM = (
-    update(tasks)
-    .where((tasks.c.id == bindparam("p_id")) & _CLAIMABLE & commits_without_flush())
-    .values(
-        lease_owner=bindparam("p_owner"),
-        lease_expires_at=db_now_plus(bindparam("p_ttl")),
-        lease_epoch=tasks.c.lease_epoch + 1,
-    )
-    .returning(tasks)
-)
-# The claim of a row just read (`peek_claimable`): guarded on what the read saw — version, event
-# count and lease epoch (every write a step must see bumps one of them: a transition the version,
-# a cancel or a decided approval the event count) — so the row itself need not come back.
-_CLAIM_READ = (
-    update(tasks)
-    .where(
-        (tasks.c.id == bindparam("p_id"))
-        & (tasks.c.version == bindparam("p_version"))
-        & (tasks.c.event_seq == bindparam("p_seq"))
-        & (tasks.c.lease_epoch == bindparam("p_epoch"))
-        & _CLAIMABLE
-        & commits_without_flush()
-    )
-    .values(
-        lease_owner=bindparam("p_owner"),
-        lease_expires_at=db_now_plus(bindparam("p_ttl")),
-        lease_epoch=tasks.c.lease_epoch + 1,
-    )
-    .returning(tasks.c.lease_epoch, tasks.c.lease_expires_at)
-)
 _PARKED = [s.value for s in PARKED]
-# The same two, prepared once per connection on Postgres (see `prepared`).
-_CLAIMABLE_ROW_PREPARED = prepared.from_clause(
-    "aj_claimable_row", _CLAIMABLE_ROW, {"p_id": "varchar"}, tuple(tasks.c)
-)
-_CLAIM_PREPARED = prepared.from_clause(
-    "aj_claim",
-    _CLAIM,
-    {"p_id": "varchar", "p_owner": "varchar", "p_ttl": "double precision"},
-    tuple(tasks.c),
-)
-
-_CLAIM_READ_PREPARED = prepared.from_clause(
-    "aj_claim_read",
-    _CLAIM_READ,
-    {
-        "p_id": "varchar",
-        "p_version": "integer",
-        "p_seq": "integer",
-        "p_epoch": "integer",
-        "p_owner": "varchar",
-        "p_ttl": "double precision",
-    },
-    (tasks.c.lease_epoch, tasks.c.lease_expires_at),
-)
-
-# A new task on Postgres: the row, its "created" event and its first dispatch record in one
-# statement on an autocommit connection (one round trip where BEGIN, two INSERTs and COMMIT
-# took four, and no SQLAlchemy Core compilation of the two INSERTs: about 0.3 ms of CPU each).
-# `ON CONFLICT DO NOTHING` returns no row when the key is taken; the event is written only
-# with the row it reads. SQLite, which has no INSERT in a WITH, keeps its transaction.
-_PG_CREATE = prepared.from_text(
-    "aj_create",
-    f"""
-WITH t AS (
-  INSERT INTO tasks (id, tenant_id, idempotency_key, payload_hash, workflow, requester, input,
-                     pinned, status, version, lease_epoch, dispatched_at, attempts, state,
-                     event_seq, trace_id, created_at, updated_at)
-  VALUES (:c_id, :c_tenant, :c_key, :c_hash, :c_workflow, :c_requester,
-          CAST(:c_input AS jsonb), CAST(:c_pinned AS jsonb), '{Status.RECEIVED.value}', 1, 0,
-          now(), 0, CAST(:c_state AS json), 1, :c_trace, now(), now())
-  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
-  RETURNING {columns_sql(tasks)}
-), e AS (
-  INSERT INTO task_events (task_id, seq, type, from_status, to_status, data, trace_id, at)
-  SELECT id, 1, 'created', NULL, status, CAST(:c_data AS jsonb), trace_id, now() FROM t
-)
-SELECT * FROM t
-""",
-    {
-        "c_id": "varchar",
-        "c_tenant": "varchar",
-        "c_key": "varchar",
-        "c_hash": "varchar",
-        "c_workflow": "varchar",
-        "c_requester": "varchar",
-        "c_input": "jsonb",
-        "c_pinned": "jsonb",
-        "c_state": "json",
-        "c_trace": "varchar",
-        "c_data": "jsonb",
-    },
-    tuple(tasks.c),
-)
 
 
 # Errors that mean "the database cannot be reached or cannot serve now" (connection refused or
@@ -190,7 +57,15 @@ class CancelResult:
     dispatch: Dispatch | None
 
 
-class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsStore, ArchiveStore):
+class Store(
+    ApprovalStore,
+    SubmissionStore,
+    MaintenanceStore,
+    ReleaseStore,
+    OpsStore,
+    DeadLetterStore,
+    ArchiveStore,
+):
     """Tasks, events, effects, approvals, submissions and dead letters, on Postgres or SQLite.
 
     This class holds the task and effect queries; the others come from the classes it is made of
@@ -214,94 +89,25 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         The task row, its "created" event and its first dispatch record are one transaction. The
         same key with a different payload raises `IdempotencyConflict`: guessing would be wrong.
         """
-        phash = payload_hash(request.model_dump(mode="json"))
-        task_id = new_id("tsk")
-        if self.dialect == "postgresql":
-            return self._create_pg(
-                task_id, tenant_id, idempotency_key, phash, request, requester, pinned, state
-            )
-        with self.tx() as conn:
-            stmt = (
-                insert_ignore(self.dialect, tasks)
-                .values(
-                    id=task_id,
-                    tenant_id=tenant_id,
-                    idempotency_key=idempotency_key,
-                    payload_hash=phash,
-                    workflow=request.workflow,
-                    requester=requester,
-                    input=request.input,
-                    pinned=pinned or {},
-                    status=Status.RECEIVED.value,
-                    version=1,
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    lease_epoch=0,
-                    next_attempt_at=None,
-                    dispatched_at=db_now(),
-                    attempts=0,
-                    held_since=None,
-                    held_for=None,
-                    cancel_requested_at=None,
-                    state=state or {},
-                    outcome=None,
-                    event_seq=1,
-                    trace_id=new_trace_id(),
-                    created_at=db_now(),
-                    updated_at=db_now(),
-                )
-                .on_conflict_do_nothing(index_elements=["tenant_id", "idempotency_key"])
-                .returning(tasks)
-            )
-            row = conn.execute(stmt).first()
-            if row is not None:
-                task = task_from_row(row)
-                conn.execute(
-                    insert(task_events).values(
-                        task_id=task.id,
-                        seq=1,
-                        type="created",
-                        from_status=None,
-                        to_status=Status.RECEIVED.value,
-                        data={"workflow": request.workflow, "requester": requester},
-                        trace_id=task.trace_id,
-                        at=db_now(),
-                    )
-                )
-                return CreateResult(task, created=True)
-            return _existing(conn, tenant_id, idempotency_key, phash)
-
-    def _create_pg(  # noqa: PLR0917 - create_or_get's arguments, passed on
-        self,
-        task_id: str,
-        tenant_id: str,
-        idempotency_key: str,
-        phash: str,
-        request: TaskRequest,
-        requester: str,
-        pinned: dict[str, Any] | None,
-        state: dict[str, Any] | None,
-    ) -> CreateResult:
-        values = {
-            "c_id": task_id,
-            "c_tenant": tenant_id,
-            "c_key": idempotency_key,
-            "c_hash": phash,
-            "c_workflow": request.workflow,
-            "c_requester": requester,
-            "c_input": to_json(request.input),
-            "c_pinned": to_json(pinned or {}),
-            "c_state": to_json(state or {}),
-            "c_trace": new_trace_id(),
-            "c_data": to_json({"workflow": request.workflow, "requester": requester}),
-        }
+        new = NewTask(
+            id=new_id("tsk"),
+            tenant_id=tenant_id,
+            idempotency_key=idempotency_key,
+            payload_hash=payload_hash(request.model_dump(mode="json")),
+            workflow=request.workflow,
+            requester=requester,
+            input=request.input,
+            pinned=pinned or {},
+            state=state or {},
+            trace_id=new_trace_id(),
+        )
         with self.autocommit() as conn:
-            row = prepared.execute(conn, _PG_CREATE, values).first()
+            row = self.backend.insert_task(conn, new)
             if row is not None:
                 return CreateResult(task_from_row(row), created=True)
-            # The key is taken: the conflicting insert has committed (ON CONFLICT waited for
-            # it), so this read sees its row.
-            return _existing(conn, tenant_id, idempotency_key, phash)
+            # The key is taken: the conflicting insert has committed (its unique index made
+            # this one wait for it), so this read sees its row.
+            return _existing(conn, tenant_id, idempotency_key, new.payload_hash)
 
     def get(self, task_id: str, tenant_id: str | None = None) -> TaskRow:
         """The task, or `RecordNotFound`; with a tenant, another tenant's task is also not
@@ -334,49 +140,35 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         with self.engine.connect() as conn:
             return [task_from_row(r) for r in conn.execute(q)]
 
-    def claim(self, task_id: str, owner: str, ttl_s: float) -> Lease | None:
-        """Take the lease if the task is claimable: not terminal, lease free or lapsed, timer due.
+    def claim(
+        self,
+        task_id: str,
+        owner: str,
+        ttl_s: float,
+        *,
+        conn: Connection | None = None,
+        seen: TaskRow | None = None,
+    ) -> Lease | None:
+        """Take the lease if the task is claimable: not terminal, not held, lease free or
+        lapsed, timer due. The expiry comes from the database clock. None when another worker
+        owns it, it is parked, held or terminal: the caller acks and drops the message.
 
-        The expiry comes from the database clock. Returns None when another worker owns it, it
-        is parked, or it is terminal: the caller acks and drops the message.
-        """
-        with self.tx() as conn:
-            return self.claim_in(conn, task_id, owner, ttl_s)
-
-    def peek_claimable(self, conn: Connection, task_id: str) -> TaskRow | None:
-        """Inside `conn`'s transaction: the task if it is claimable (as `claim` defines it),
-        without locking it. A quick step then commits with compare-and-set in the same
-        transaction, which fences any concurrent claimer or duplicate; any other step takes the
-        lease with `claim_in`."""
-        row = prepared.execute(conn, _CLAIMABLE_ROW_PREPARED, {"p_id": task_id}).first()
-        return task_from_row(row) if row is not None else None
-
-    def claim_read(self, conn: Connection, task: TaskRow, owner: str, ttl_s: float) -> Lease | None:
-        """`claim_in` for `task` as `peek_claimable` just read it on `conn`: when nothing moved
-        the row since, the lease is taken without sending the row back (its state can be
-        kilobytes); otherwise the full claim, which reads it afresh."""
-        row = prepared.execute(
-            conn,
-            _CLAIM_READ_PREPARED,
-            {
-                "p_id": task.id,
-                "p_version": task.version,
-                "p_seq": task.event_seq,
-                "p_epoch": task.lease_epoch,
-                "p_owner": owner,
-                "p_ttl": ttl_s,
-            },
-        ).first()
-        if row is None:
-            return self.claim_in(conn, task.id, owner, ttl_s)
-        epoch, expires = int(row._mapping["lease_epoch"]), row._mapping["lease_expires_at"]
-        claimed = replace(task, lease_owner=owner, lease_epoch=epoch, lease_expires_at=expires)
-        return Lease(task=claimed, owner=owner, epoch=epoch, expires_at=expires)
-
-    def claim_in(self, conn: Connection, task_id: str, owner: str, ttl_s: float) -> Lease | None:
-        """`claim`, inside the caller's transaction."""
-        values = {"p_id": task_id, "p_owner": owner, "p_ttl": ttl_s}
-        row = prepared.execute(conn, _CLAIM_PREPARED, values).first()
+        On `conn` (a `step_conn`) when given. With `seen`, the row as `peek_claimable` just read
+        it on `conn`: when nothing moved the row since, the lease is taken without sending the
+        row back (its state can be kilobytes); otherwise the plain claim reads it afresh."""
+        if conn is None:
+            with self.tx() as fresh:
+                return self.claim(task_id, owner, ttl_s, conn=fresh, seen=seen)
+        if seen is not None:
+            got = self.backend.claim_seen(conn, seen, owner, ttl_s)
+            if got is not None:
+                m = got._mapping
+                epoch, expires = int(m["lease_epoch"]), m["lease_expires_at"]
+                claimed = replace(
+                    seen, lease_owner=owner, lease_epoch=epoch, lease_expires_at=expires
+                )
+                return Lease(task=claimed, owner=owner, epoch=epoch, expires_at=expires)
+        row = self.backend.claim(conn, task_id, owner, ttl_s)
         if row is None:
             return None
         task = task_from_row(row)
@@ -385,62 +177,60 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
             task=task, owner=owner, epoch=task.lease_epoch, expires_at=task.lease_expires_at
         )
 
+    def peek_claimable(self, conn: Connection, task_id: str) -> TaskRow | None:
+        """Inside `conn`'s transaction: the task if it is claimable (as `claim` defines it),
+        without locking it. A quick step then commits with compare-and-set on what it read,
+        which fences any concurrent claimer or duplicate; any other step takes the lease with
+        `claim(..., seen=...)`."""
+        row = self.backend.claimable_row(conn, task_id)
+        return task_from_row(row) if row is not None else None
+
     @contextmanager
     def step_conn(self) -> Iterator[Connection]:
-        """The connection one step reads, claims and commits on.
+        """The connection one step reads, claims and commits on (`autocommit`).
 
-        On Postgres it autocommits: each of the step's statements (the read, then the claim or
-        the compare-and-set that writes the row and its event) is atomic by itself, and the
+        On Postgres each of the step's statements (the read, then the claim or the
+        compare-and-set that writes the row and its event) is atomic by itself, and the
         compare-and-set fences whatever happened between them, so a transaction around them
         would only add two round trips (BEGIN, COMMIT) to every step. On SQLite it is one
-        transaction, as before (the write lock taken at BEGIN orders the embedded workers)."""
+        transaction (the write lock taken at BEGIN orders the embedded workers)."""
         with self.autocommit() as conn:
             yield conn
 
-    @contextmanager
-    def _commit_conn(
-        self, patch: Patch, conn: Connection | None = None, *, lean: bool = False
-    ) -> Iterator[Connection]:
-        """Where a commit of `patch` runs. On Postgres a patch that writes only the row and its
-        events is one statement, atomic by itself: on an autocommit connection (`conn`, the
-        step's, if it has one); anything more gets a transaction of its own. On SQLite, the
-        step's own transaction, or a new one."""
-        if self.dialect == "postgresql" and single_statement(patch, lean=lean):
-            if conn is not None:
-                yield conn
-            else:
-                with self.autocommit() as fresh:
-                    yield fresh
-        elif self.dialect != "postgresql" and conn is not None:
-            yield conn
-        else:
-            with self.tx() as tx:
-                yield tx
+    def transition(
+        self,
+        guard: Guard,
+        patch: Patch,
+        *,
+        conn: Connection | None = None,
+        actor: str | None = None,
+        events: Sequence[PendingEvent] = (),
+        lease_ttl_s: float = 30.0,
+        returning: bool = True,
+    ) -> CommitResult:
+        """The one guarded write (invariant 1): apply `patch` to the row `guard` names if it is
+        still that row, with the events the step recorded before it (`events`, written first)
+        and every record that moves with the status. `StaleTransition` if the guard no longer
+        holds. See `transition.apply`.
 
-    def commit_read(
-        self, conn: Connection, task: TaskRow, patch: Patch, *, actor: str
-    ) -> Dispatch | None:
-        """Apply a transition to a task read by `peek_claimable` on `conn` (a `step_conn`), if
-        nobody moved it since (compare-and-set on version, lease epoch and owner as read).
-        Returns the dispatch to publish after the commit; `StaleTransition` if the CAS lost."""
-        owner, epoch = task.lease_owner, task.lease_epoch
-        with self._commit_conn(patch, conn, lean=True) as c:
-            return apply_patch_lean(c, task, owner=owner, epoch=epoch, patch=patch, actor=actor)
-
-    def commit_quick(
-        self, conn: Connection, task: TaskRow, patch: Patch, *, actor: str, unheld: bool = False
-    ) -> tuple[TaskRow, Dispatch | None]:
-        """`commit_read`, returning the row as the commit left it (the next quick step starts
-        from it: see `Orchestrator.run_step`). With `unheld` — this step started from such a
-        row, not from `peek_claimable` — the compare-and-set also requires that the gate does
-        not hold the task and that no cancel was requested since `task` was written: what
-        version, epoch and owner do not already pin (the caller then reads the row again)."""
-        owner, epoch = task.lease_owner, task.lease_epoch
-        with self._commit_conn(patch, conn) as c:
-            return apply_patch(
-                c, task, owner=owner, epoch=epoch, patch=patch, lease_ttl_s=0.0, actor=actor,
-                unheld=unheld,
+        The store picks where it runs: on `conn` (the step's) or a fresh connection when the
+        write is one statement, else a transaction of its own (`Backend.write_conn`). Without
+        `returning` the new row is not sent back (`CommitResult.task` is None): most steps need
+        only the dispatch. A kept lease (`Patch.keep_lease`) needs the row."""
+        assert returning or not patch.keep_lease, "a kept lease needs the new row back"
+        with self.backend.write_conn(self.engine, conn, patch, returning=returning) as c:
+            task, dispatch = transition.apply(
+                self.backend, c, guard, patch, actor=actor, events=events,
+                lease_ttl_s=lease_ttl_s, returning=returning,
             )  # fmt: skip
+        lease = None
+        if patch.keep_lease:
+            assert task is not None and task.lease_expires_at is not None
+            assert guard.owner is not None, "only a lease's holder keeps it"
+            lease = Lease(
+                task=task, owner=guard.owner, epoch=guard.epoch, expires_at=task.lease_expires_at
+            )
+        return CommitResult(task=task, lease=lease, dispatch=dispatch)
 
     def renew(self, lease: Lease, ttl_s: float) -> Lease:
         """Heartbeat: push the expiry out. `StaleTransition` if the lease was lost."""
@@ -460,48 +250,6 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
             raise StaleTransition(lease.task_id, lease.version, lease.epoch)
         return Lease(task=lease.task, owner=lease.owner, epoch=lease.epoch, expires_at=expires)
 
-    def commit(
-        self,
-        lease: Lease,
-        patch: Patch,
-        *,
-        lease_ttl_s: float = 30.0,
-        events: Sequence[PendingEvent] = (),
-    ) -> CommitResult:
-        """Apply one transition under `lease` (invariant 1), with the events the step recorded
-        before it (`events`, written first, in the same transaction). See `writes.apply_patch`."""
-        with self.tx() as conn:
-            task, dispatch = apply_patch(
-                conn,
-                lease.task,
-                owner=lease.owner,
-                epoch=lease.epoch,
-                patch=patch,
-                lease_ttl_s=lease_ttl_s,
-                events=events,
-            )
-        new_lease = None
-        if patch.keep_lease:
-            assert task.lease_expires_at is not None
-            new_lease = Lease(
-                task=task, owner=lease.owner, epoch=lease.epoch, expires_at=task.lease_expires_at
-            )
-        return CommitResult(task=task, lease=new_lease, dispatch=dispatch)
-
-    def commit_lean(
-        self, lease: Lease, patch: Patch, *, events: Sequence[PendingEvent] = ()
-    ) -> Dispatch | None:
-        """`commit` for a step that gives its lease back and needs no new row, only the
-        dispatch to publish. On Postgres a patch that writes the row and its events alone (the
-        held ones and the transition's) is one statement on an autocommit connection (atomic by
-        itself: no BEGIN, no COMMIT round trip); anything more gets its transaction."""
-        assert not patch.keep_lease, "a kept lease needs the new row: use commit()"
-        owner, epoch, task = lease.owner, lease.epoch, lease.task
-        with self._commit_conn(patch, lean=True) as conn:
-            return apply_patch_lean(
-                conn, task, owner=owner, epoch=epoch, patch=patch, events=events
-            )
-
     def release(self, lease: Lease) -> bool:
         """Give the lease back without a transition (the step could not run)."""
         stmt = (
@@ -520,13 +268,14 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
         """One event that changes no status, written now (an audit record that must outlive
         this worker, a late result): on Postgres one statement on an autocommit connection."""
         with self.autocommit() as conn:  # SQLite: one transaction around its two statements
-            append_event(conn, task_id, type_, data)
+            transition.append_event(self.backend, conn, task_id, type_, data)
 
     def append_events(self, task_id: str, events: Sequence[PendingEvent]) -> None:
         """Held events of a step that ends without a commit of its own, in one transaction."""
         if events:
             with self.tx() as conn:
-                append_pending(conn, task_id, events)
+                if not self.backend.append_events(conn, task_id, events):
+                    raise LookupError(task_id)
 
     def events(
         self, task_id: str, tenant_id: str | None = None, after_seq: int = 0
@@ -558,7 +307,7 @@ class Store(ApprovalStore, SubmissionStore, MaintenanceStore, ReleaseStore, OpsS
                 .returning(tasks)
             ).first()
             if row is not None:
-                append_event(conn, task_id, "cancel_requested", {})
+                transition.append_event(self.backend, conn, task_id, "cancel_requested", {})
         if row is None:
             # Read after the transaction: on SQLite a second connection inside it would wait on
             # this one's write lock until the busy timeout.

@@ -10,7 +10,6 @@ from sqlalchemy import delete, select
 from agent_jobs.store.base import StoreBase
 from agent_jobs.store.schema import rejected_submissions
 from agent_jobs.store.types import db_now
-from agent_jobs.store.writes import insert_ignore
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class SubmissionStore(StoreBase):
         """Record a submission that created nothing. Idempotent on `record_id` (a redelivered
         message is recorded once); True when this call wrote the row."""
         stmt = (
-            insert_ignore(self.dialect, rejected_submissions)
+            self.backend.insert_ignore(rejected_submissions)
             .values(
                 id=record_id[:80],
                 via=via[:16],
@@ -86,9 +85,8 @@ class SubmissionStore(StoreBase):
             .order_by(rejected_submissions.c.at)
             .limit(limit)
         )
-        if self.dialect == "postgresql":
-            # Two sweepers at once split the rows instead of queueing on each other's locks.
-            oldest = oldest.with_for_update(skip_locked=True)
+        # Two sweepers at once split the rows instead of queueing on each other's locks.
+        oldest = self.backend.skip_locked(oldest)
         stmt = delete(rejected_submissions).where(
             rejected_submissions.c.id.in_(oldest.scalar_subquery())
         )

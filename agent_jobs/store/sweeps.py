@@ -13,10 +13,12 @@ from sqlalchemy import Column, ColumnElement, Connection, Select, bindparam, or_
 
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import PARKED, RUNNABLE, Status
+from agent_jobs.store.backend import Backend
+from agent_jobs.store.guard import Guard
 from agent_jobs.store.rows import Dispatch, TaskRow, task_from_row
 from agent_jobs.store.schema import approvals, tasks
+from agent_jobs.store.transition import append_event, apply
 from agent_jobs.store.types import db_now
-from agent_jobs.store.writes import append_event, apply_patch
 
 _DISPATCHABLE = [Status.RECEIVED.value, Status.RUNNING.value, Status.VERIFYING.value]
 _ACTIVE = sorted(s.value for s in RUNNABLE | PARKED)  # the order of the index predicate
@@ -29,42 +31,33 @@ def _in_literal(column: Column[Any], values: list[str]) -> ColumnElement[bool]:
     return column.in_(bindparam(None, values, expanding=True, literal_execute=True))
 
 
-def _locked(q: Select[Any], dialect: str) -> Select[Any]:
-    return q.with_for_update(skip_locked=True) if dialect == "postgresql" else q
-
-
 def expired_leases(
-    conn: Connection, dialect: str, limit: int, lost_lease: Callable[[TaskRow], Patch]
+    backend: Backend, conn: Connection, limit: int, lost_lease: Callable[[TaskRow], Patch]
 ) -> list[Dispatch]:
     """Leases that lapsed: each task takes the patch `lost_lease` gives for it, through the CAS
     write path fenced by the lapsed lease's owner and epoch — an EXECUTING task goes to
     EXEC_UNKNOWN (its call may have been sent), any other records a failed attempt, its worker
     lost (`orchestrator.steps.worker_lost`), and waits out its backoff."""
-    q = _locked(
+    q = backend.skip_locked(
         select(tasks)
         .where(tasks.c.lease_expires_at < db_now())
         .order_by(tasks.c.lease_expires_at)
-        .limit(limit),
-        dialect,
+        .limit(limit)
     )
     out: list[Dispatch] = []
     for row in conn.execute(q).all():
         task = task_from_row(row)
-        _, dispatch = apply_patch(
-            conn,
-            task,
-            owner=task.lease_owner,
-            epoch=task.lease_epoch,
-            patch=lost_lease(task),
-            lease_ttl_s=0,
-            actor="sweeper",
+        _, dispatch = apply(
+            backend, conn, Guard.seen(task), lost_lease(task), actor="sweeper", returning=False
         )
         if dispatch is not None:
             out.append(dispatch)
     return out
 
 
-def lost_dispatch(conn: Connection, dialect: str, limit: int, cutoff: datetime) -> list[Dispatch]:
+def lost_dispatch(
+    backend: Backend, conn: Connection, limit: int, cutoff: datetime
+) -> list[Dispatch]:
     """Runnable tasks with no lease whose last step message is older than `cutoff`: the broker
     lost it, or a worker died between commit and publish."""
     cond = (
@@ -74,7 +67,9 @@ def lost_dispatch(conn: Connection, dialect: str, limit: int, cutoff: datetime) 
         & tasks.c.held_since.is_(None)
         & or_(tasks.c.dispatched_at.is_(None), tasks.c.dispatched_at < cutoff)
     )
-    ids = _locked(select(tasks.c.id).where(cond).order_by(tasks.c.created_at).limit(limit), dialect)
+    ids = backend.skip_locked(
+        select(tasks.c.id).where(cond).order_by(tasks.c.created_at).limit(limit)
+    )
     stmt = (
         update(tasks)
         .where(tasks.c.id.in_(ids.scalar_subquery()) & cond)
@@ -85,7 +80,7 @@ def lost_dispatch(conn: Connection, dialect: str, limit: int, cutoff: datetime) 
 
 
 def due_timers(
-    conn: Connection, dialect: str, status: Status, limit: int, cutoff: datetime
+    backend: Backend, conn: Connection, status: Status, limit: int, cutoff: datetime
 ) -> list[Dispatch]:
     """Parked (or reconcile-backoff) tasks whose timer is due and that were not dispatched since
     it fell due — or whose dispatch since is older than `cutoff` (lost)."""
@@ -100,8 +95,8 @@ def due_timers(
             tasks.c.dispatched_at < cutoff,
         )
     )
-    ids = _locked(
-        select(tasks.c.id).where(cond).order_by(tasks.c.next_attempt_at).limit(limit), dialect
+    ids = backend.skip_locked(
+        select(tasks.c.id).where(cond).order_by(tasks.c.next_attempt_at).limit(limit)
     )
     stmt = (
         update(tasks)
@@ -112,14 +107,14 @@ def due_timers(
     return [Dispatch(r[0], r[1]) for r in conn.execute(stmt)]
 
 
-def expired_approvals(conn: Connection, dialect: str, limit: int) -> list[Dispatch]:
+def expired_approvals(backend: Backend, conn: Connection, limit: int) -> list[Dispatch]:
     """Pending or granted-but-unused approvals past their expiry become `expired`, and their
     task (parked in APPROVAL_WAIT) is woken to re-plan."""
     cond = _in_literal(approvals.c.status, ["pending", "granted"]) & (
         approvals.c.expires_at <= db_now()
     )
-    ids = _locked(
-        select(approvals.c.id).where(cond).order_by(approvals.c.expires_at).limit(limit), dialect
+    ids = backend.skip_locked(
+        select(approvals.c.id).where(cond).order_by(approvals.c.expires_at).limit(limit)
     )
     rows = conn.execute(
         update(approvals)
@@ -129,7 +124,7 @@ def expired_approvals(conn: Connection, dialect: str, limit: int) -> list[Dispat
     ).all()
     out: list[Dispatch] = []
     for approval_id, task_id in rows:
-        append_event(conn, task_id, "approval_expired", {"approval_id": approval_id})
+        append_event(backend, conn, task_id, "approval_expired", {"approval_id": approval_id})
         woke = conn.execute(
             update(tasks)
             .where(

@@ -1,8 +1,8 @@
 """Column types and database-clock expressions that behave the same on Postgres and SQLite.
 
 Leases and timers are computed from the database clock, never a worker's, so two workers with
-skewed clocks still agree on who owns a task. SQLite has no `now()`; `strftime` gives UTC with
-millisecond precision in the same text format SQLAlchemy stores.
+skewed clocks still agree on who owns a task. How each database says "now" is its backend's
+(`store.backend.postgres_sql`, `store.backend.sqlite`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetimes are not stored; pass an aware UTC datetime")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        # In UTC: SQLite's DATETIME stores the wall time without the offset.
+        return value.astimezone(UTC)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -67,31 +67,6 @@ class db_now_plus(expression.FunctionElement[datetime]):
     name = "db_now_plus"
 
 
-@compiles(db_now, "postgresql")
-def _pg_now(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
-    return "now()"
-
-
-@compiles(db_now, "sqlite")
-def _sqlite_now(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
-    return "strftime('%Y-%m-%d %H:%M:%f000', 'now')"
-
-
-@compiles(db_now_plus, "postgresql")
-def _pg_now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
-    (seconds,) = list(element.clauses)
-    return f"(now() + make_interval(secs => {compiler.process(seconds, **kw)}))"
-
-
-@compiles(db_now_plus, "sqlite")
-def _sqlite_now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
-    (seconds,) = list(element.clauses)
-    return (
-        "strftime('%Y-%m-%d %H:%M:%f000', 'now', "
-        f"printf('%+.6f seconds', {compiler.process(seconds, **kw)}))"
-    )
-
-
 class commits_without_flush(expression.ColumnElement[bool]):
     """A condition that is always true and, on Postgres, lets the statement's transaction commit
     without waiting for its WAL to reach the disk (`synchronous_commit` off for that
@@ -103,13 +78,6 @@ class commits_without_flush(expression.ColumnElement[bool]):
 
     type = Boolean()
     inherit_cache = True
-
-
-@compiles(commits_without_flush, "postgresql")
-def _pg_commits_without_flush(
-    element: commits_without_flush, compiler: SQLCompiler, **kw: Any
-) -> str:
-    return "set_config('synchronous_commit', 'off', true) = 'off'"
 
 
 @compiles(commits_without_flush)

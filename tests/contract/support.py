@@ -14,6 +14,7 @@ from agent_jobs.core.contracts import Action, TaskRequest
 from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
 from agent_jobs.core.states import Status
 from agent_jobs.store import Lease, Store, TaskRow, prepared
+from agent_jobs.store.guard import Guard
 from agent_jobs.store.schema import approvals, effects, task_events, tasks
 from agent_jobs.store.types import db_now_plus
 
@@ -91,14 +92,14 @@ def running(store: Store, tenant: str, owner: str = OWNER) -> Lease:
     """A fresh task moved RECEIVED -> RUNNING, still leased to `owner`."""
     task = new_task(store, tenant)
     lease = claim(store, task.id, owner)
-    result = store.commit(lease, to(S.RUNNING, "started", keep_lease=True))
+    result = store.transition(Guard.lease(lease), to(S.RUNNING, "started", keep_lease=True))
     assert result.lease is not None
     return result.lease
 
 
 def executing(store: Store, tenant: str, act: Action | None = None) -> Lease:
     lease = running(store, tenant)
-    result = store.commit(lease, intent(act or action()))
+    result = store.transition(Guard.lease(lease), intent(act or action()))
     assert result.lease is not None
     return result.lease
 

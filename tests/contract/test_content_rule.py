@@ -14,6 +14,7 @@ from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import Status
 from agent_jobs.core.text import clean_json, clean_text
+from agent_jobs.store.guard import Guard
 
 ANY_TEXT = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=80)
 HOSTILE = st.one_of(
@@ -55,8 +56,8 @@ def test_hostile_text_goes_through_the_store_and_comes_back_cleaned(
 
     lease = store.claim(task.id, "w1", 30)
     assert lease is not None
-    result = store.commit(
-        lease,
+    result = store.transition(
+        Guard.lease(lease),
         Patch(
             to=Status.RUNNING,
             event="started",
@@ -98,7 +99,12 @@ def test_hostile_text_in_a_steps_held_events_rides_its_commit_cleaned(
         PendingEvent("chat", {"said": note, "payload": payload}, time.monotonic()),
         PendingEvent("execute_tool orders.get", {"result": payload}, time.monotonic()),
     ]
-    store.commit_lean(lease, Patch(to=Status.RUNNING, event="started", data={}), events=held)
+    store.transition(
+        Guard.lease(lease),
+        Patch(to=Status.RUNNING, event="started", data={}),
+        events=held,
+        returning=False,
+    )
     *_, chat, tool, started = store.events(created.task.id)
     assert (chat.type, tool.type, started.type) == ("chat", "execute_tool orders.get", "started")
     assert chat.data == clean_json({"said": note, "payload": payload})

@@ -13,6 +13,7 @@ from typing import Any
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import Status
 from agent_jobs.store import Store
+from agent_jobs.store.guard import Guard
 from agent_jobs.store.schema import dead_letter_replays, dead_letters
 from tests.contract.support import claim, count, event_types, n_events, new_task, running
 
@@ -22,10 +23,12 @@ S = Status
 def dead_lettered(store: Store, tenant: str) -> str:
     """A task whose RUNNING step failed five times: FAILED with a dead letter, its state kept."""
     lease = running(store, tenant)
-    store.commit(lease, Patch(to=S.RUNNING, event="progress", state={"checkpoint": 7}))
+    store.transition(
+        Guard.lease(lease), Patch(to=S.RUNNING, event="progress", state={"checkpoint": 7})
+    )
     lease = claim(store, lease.task_id)
-    store.commit(
-        lease,
+    store.transition(
+        Guard.lease(lease),
         Patch(
             to=S.FAILED,
             event="dead_lettered",
@@ -105,8 +108,8 @@ def test_a_replayed_task_that_fails_again_is_dead_lettered_and_replayed_again(
     task_id = dead_lettered(store, tenant)
     assert store.replay_dead_letter(task_id, actor="a", why="first").replayed
     lease = claim(store, task_id)
-    store.commit(
-        lease,
+    store.transition(
+        Guard.lease(lease),
         Patch(to=S.FAILED, event="dead_lettered", data={"step": "RUNNING"}, attempts=5,
               dead_letter="again"),
     )  # fmt: skip
@@ -120,7 +123,7 @@ def test_a_task_whose_start_failed_resumes_at_its_start(store: Store, tenant: st
     task = new_task(store, tenant)
     lease = claim(store, task.id)
     failed = Patch(to=S.FAILED, event="dead_lettered", data={"step": "RECEIVED"}, dead_letter="x")
-    store.commit(lease, failed)
+    store.transition(Guard.lease(lease), failed)
     result = store.replay_dead_letter(task.id, actor="a", why="input check fixed")
     assert result.resumed_as == "RECEIVED" and store.get(task.id).status is S.RECEIVED
 

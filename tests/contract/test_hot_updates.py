@@ -11,7 +11,8 @@ from sqlalchemy import text
 
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import Status
-from agent_jobs.store.writes import apply_patch
+from agent_jobs.store.guard import Guard
+from agent_jobs.store.transition import apply
 from tests.contract.test_step_failures import Scripted, run
 
 # What a read step changes on the row besides what is NULL before and after (next_attempt_at,
@@ -36,9 +37,9 @@ def test_read_steps_are_hot_updates(pg_store: Any, tenant: str) -> None:
         upd0, hot0 = conn.execute(counts).one()
         for n in range(3):
             patch = Patch(to=Status.RUNNING, event="observed", state={**task.state, "n": n})
-            task, _ = apply_patch(
-                conn, task, owner=None, epoch=task.lease_epoch, patch=patch, lease_ttl_s=30
-            )
+            new, _ = apply(pg_store.backend, conn, Guard.seen(task), patch, lease_ttl_s=30)
+            assert new is not None
+            task = new
         upd, hot = conn.execute(counts).one()
     # Three updates, all in place: a changed column in any index would make them write entries.
     assert (upd - upd0, hot - hot0) == (3, 3)

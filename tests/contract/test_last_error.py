@@ -11,6 +11,7 @@ import pytest
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import Status
 from agent_jobs.store import Lease, Store
+from agent_jobs.store.guard import Guard
 from tests.contract.support import claim, running
 
 S = Status
@@ -18,16 +19,16 @@ Commit = Callable[[Store, Lease, Patch], None]
 
 
 def _commit(store: Store, lease: Lease, patch: Patch) -> None:
-    store.commit(lease, patch)
+    store.transition(Guard.lease(lease), patch)
 
 
 def _lean(store: Store, lease: Lease, patch: Patch) -> None:
-    store.commit_lean(lease, patch)
+    store.transition(Guard.lease(lease), patch, returning=False)
 
 
 def _quick(store: Store, lease: Lease, patch: Patch) -> None:
     with store.tx() as conn:
-        store.commit_quick(conn, lease.task, patch, actor="test")
+        store.transition(Guard.seen(lease.task), patch, conn=conn, actor="test")
 
 
 @pytest.mark.parametrize("commit", [_commit, _lean, _quick], ids=["commit", "lean", "quick"])
@@ -35,7 +36,9 @@ def test_last_error_is_written_alike_by_every_commit(
     store: Store, tenant: str, commit: Commit
 ) -> None:
     lease = running(store, tenant)
-    store.commit(lease, Patch(S.RUNNING, "failed_once", attempts=2, last_error="Boom: first"))
+    store.transition(
+        Guard.lease(lease), Patch(S.RUNNING, "failed_once", attempts=2, last_error="Boom: first")
+    )
     commit(
         store,
         claim(store, lease.task_id),

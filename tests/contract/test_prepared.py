@@ -19,7 +19,8 @@ from agent_jobs.core.errors import StaleTransition
 from agent_jobs.core.patch import EffectWrite, Patch
 from agent_jobs.core.states import Status
 from agent_jobs.core.text import clean_text
-from agent_jobs.store import Store, prepared
+from agent_jobs.store import Lease, Store, prepared
+from agent_jobs.store.guard import Guard
 from agent_jobs.store.schema import approvals, effects
 from agent_jobs.testing import TEST_SETTINGS, Harness
 from agent_jobs.workflows import default_registry
@@ -76,7 +77,7 @@ def test_each_statement_is_prepared_once_per_connection(
     if carried:
         # No step reads: the submit hands the new row to the first step, and each quick
         # commit its row to the next quick step.
-        used = {"aj_cas_unheld"}
+        used = {"aj_cas_pinned"}
         assert reads == 0
     else:
         used = {"aj_claimable_row", "aj_cas_lean"}
@@ -184,8 +185,11 @@ def _approval_and_effect(
         parked,
         approval_request=replace(parked.approval_request, reason="over\x00 the \ud800limit"),
     )
+
     # Lean, the approval rides in the compare-and-set's statement; else a statement of its own.
-    commit = store.commit_lean if lean else store.commit
+    def commit(lease: Lease, patch: Patch) -> None:
+        store.transition(Guard.lease(lease), patch, returning=not lean)
+
     commit(lease, parked)
     store.decide_approval(f"apr_{tenant}", "usr_lead", grant=True, note="ok\x00")
     woken = store.get(lease.task_id)
@@ -193,7 +197,7 @@ def _approval_and_effect(
     (decided,) = [e for e in store.events(lease.task_id) if e.type == "approval_granted"]
     assert decided.data["note"] == "ok\ufffd" and decided.from_status == "APPROVAL_WAIT"
     lease = claim(store, lease.task_id)
-    lease = store.commit(lease, intent(act, f"apr_{tenant}")).lease
+    lease = store.transition(Guard.lease(lease), intent(act, f"apr_{tenant}")).lease
     assert lease is not None
     done = EffectWrite(act, "committed", {"refund_id": "rf_1", "odd": "\x00\ud800"})
     commit(lease, Patch(to=Status.RUNNING, event="effect_committed", effect=done))
@@ -238,7 +242,7 @@ def test_the_approval_and_effect_records_are_the_same_prepared_or_not(
 
 def test_the_clock_read_with_an_approval_is_the_databases(pg_store: Store, tenant: str) -> None:
     lease = running(pg_store, tenant)
-    pg_store.commit(lease, park_for_approval(action(), f"apr_{tenant}"))
+    pg_store.transition(Guard.lease(lease), park_for_approval(action(), f"apr_{tenant}"))
     view, now = pg_store.approval_at_now(f"apr_{tenant}")
     assert view.status == "pending" and view.expires_at > now >= view.created_at
     assert now.utcoffset() == timedelta(0)
@@ -260,11 +264,13 @@ def test_a_claim_alone_commits_without_waiting_for_the_disk(
     assert default != "off"
     task_id = new_task(pg_store, tenant).id
     with pg_store.tx() as conn:
-        lease = pg_store.claim_in(conn, task_id, "w-a:1", 30.0)
+        lease = pg_store.claim(task_id, "w-a:1", 30.0, conn=conn)
         assert lease is not None and setting(conn) == "off"
     with pg_store.tx() as conn:
         assert setting(conn) == default
-    done = pg_store.commit(lease, Patch(to=Status.RUNNING, event="started", keep_lease=True))
+    done = pg_store.transition(
+        Guard.lease(lease), Patch(to=Status.RUNNING, event="started", keep_lease=True)
+    )
     assert done.lease is not None
     with pg_store.tx() as conn:
         assert setting(conn) == default
@@ -283,7 +289,7 @@ def test_a_stale_compare_and_set_writes_nothing_that_rides_in_it(
     act = action(key=f"refund:{tenant}:pay_1")
     lease = running(store, tenant)
     if ride == "effect":
-        lease = store.commit(lease, intent(act)).lease
+        lease = store.transition(Guard.lease(lease), intent(act)).lease
         assert lease is not None
         patch = Patch(
             to=Status.RUNNING, event="effect_committed", effect=EffectWrite(act, "committed", {})
@@ -292,13 +298,15 @@ def test_a_stale_compare_and_set_writes_nothing_that_rides_in_it(
         patch = park_for_approval(act, f"apr_{tenant}")
     stale = replace(lease, epoch=lease.epoch + 1)
     with pytest.raises(StaleTransition):
-        store.commit_lean(stale, patch)
+        store.transition(Guard.lease(stale), patch, returning=False)
     assert store.get(lease.task_id).status is lease.task.status
     assert [e.status for e in store.effects(lease.task_id)] == (
         ["intent"] if ride == "effect" else []
     )
     assert store.list_approvals(tenant) == []
-    store.commit_lean(lease, patch)  # the lease's own commit: both land
+    store.transition(
+        Guard.lease(lease), patch, returning=False
+    )  # the lease's own commit: both land
     if ride == "effect":
         assert [e.status for e in store.effects(lease.task_id)] == ["committed"]
     else:

@@ -19,7 +19,8 @@ from sqlalchemy.exc import DBAPIError
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.text import clean_text
 from agent_jobs.store import Store, prepared
-from agent_jobs.store.store import _CLAIM_PREPARED, _CLAIMABLE_ROW_PREPARED
+from agent_jobs.store.backend.postgres_sql import CLAIM as _CLAIM_PREPARED
+from agent_jobs.store.backend.postgres_sql import CLAIMABLE_ROW as _CLAIMABLE_ROW_PREPARED
 from agent_jobs.testing import Harness
 from agent_jobs.workflows import default_registry
 
@@ -95,11 +96,11 @@ def test_a_failing_statement_on_the_cursor_leaves_its_transaction_to_roll_back(
     task_id = _task(pg_store, tenant)
     with pytest.raises(DBAPIError) as caught, pg_store.tx() as conn:
         # A TTL no interval can hold: Postgres refuses the claim itself.
-        pg_store.claim_in(conn, task_id, "w1", 1e300)
+        pg_store.claim(task_id, "w1", 1e300, conn=conn)
     assert caught.value.orig is not None
     assert pg_store.get(task_id).lease_owner is None
     with pg_store.tx() as conn:
-        assert pg_store.claim_in(conn, task_id, "w1", 30.0) is not None
+        assert pg_store.claim(task_id, "w1", 30.0, conn=conn) is not None
 
 
 @settings(

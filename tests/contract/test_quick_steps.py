@@ -14,6 +14,7 @@ from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.errors import StaleTransition
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import Status
+from agent_jobs.store.guard import Guard
 from agent_jobs.testing import Harness
 from agent_jobs.workflows import builtin_registry, default_registry
 
@@ -44,7 +45,7 @@ def test_a_zombie_with_a_lapsed_lease_is_fenced_by_a_quick_step(store: Any, tena
     h.expire_lease(task_id)
     h.orchestrator.run_step(task_id)  # claimable again: the lease lapsed
     try:
-        store.commit(zombie, Patch(to=Status.RUNNING, event="late"))
+        store.transition(Guard.lease(zombie), Patch(to=Status.RUNNING, event="late"))
     except StaleTransition:
         pass
     else:

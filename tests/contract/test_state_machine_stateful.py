@@ -41,6 +41,7 @@ from agent_jobs.core.states import (
 )
 from agent_jobs.orchestrator.sweepers import Sweepers
 from agent_jobs.store import Lease, Store
+from agent_jobs.store.guard import Guard
 from agent_jobs.store.schema import task_events, tasks
 from agent_jobs.store.types import db_now
 from agent_jobs.testing import TEST_SETTINGS, LostBroker, RecordingPublisher
@@ -258,11 +259,11 @@ class StoreMachine(RuleBasedStateMachine):
             event(f"commit refused: {refused.__name__}")
             before = self.store.get(task_id)
             with pytest.raises(refused):
-                self.store.commit(lease, patch, lease_ttl_s=600.0)
+                self.store.transition(Guard.lease(lease), patch, lease_ttl_s=600.0)
             assert self.store.get(task_id) == before  # not a column moved, not an event added
             return
         event(f"commit accepted: {m.status.value} -> {to.value}")
-        result = self.store.commit(lease, patch, lease_ttl_s=600.0)
+        result = self.store.transition(Guard.lease(lease), patch, lease_ttl_s=600.0)
         frm = m.status
         m.status, m.version, m.transitions = to, m.version + 1, m.transitions + 1
         m.timer = "future" if patch.wake_in_s is not None else "none"
@@ -438,7 +439,7 @@ class StoreMachine(RuleBasedStateMachine):
 
 
 def machine_for(store: Store) -> type[StoreMachine]:
-    return type(f"StoreMachine_{store.dialect}", (StoreMachine,), {"store": store})
+    return type(f"StoreMachine_{store.backend.name}", (StoreMachine,), {"store": store})
 
 
 def test_transition_table_against_the_store(store: Store) -> None:

@@ -14,6 +14,7 @@ from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import Status
 from agent_jobs.core.text import to_json
+from agent_jobs.store.guard import Guard
 
 KEYS = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
 STATES = st.dictionaries(
@@ -47,7 +48,11 @@ def test_a_state_reads_back_exactly_as_written(store: Any, state: dict[str, Any]
     )
     lease = store.claim(created.task.id, "w1", 30)
     assert lease is not None
-    store.commit_lean(lease, Patch(to=Status.RUNNING, event="started", data={}, state=state))
+    store.transition(
+        Guard.lease(lease),
+        Patch(to=Status.RUNNING, event="started", data={}, state=state),
+        returning=False,
+    )
     # The plain read, and the claim (what the next step starts from).
     assert to_json(store.get(created.task.id).state) == to_json(state)
     again = store.claim(created.task.id, "w2", 30)

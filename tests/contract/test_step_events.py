@@ -52,7 +52,7 @@ def test_a_steps_events_land_with_its_transition_in_order(store: Any, tenant: st
     assert [e.seq for e in chats] == [observed.seq - 3, observed.seq - 2, observed.seq - 1]
     assert all(e.from_status == "RUNNING" and e.to_status is None for e in chats)
     assert [e.seq for e in evs] == list(range(1, len(evs) + 1)), "no gaps, no duplicates"
-    if store.dialect == "postgresql":
+    if store.backend.name == "postgresql":
         # One transaction: the rows share the inserting transaction's id.
         with store.engine.connect() as conn:
             xids = conn.execute(

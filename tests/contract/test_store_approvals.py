@@ -10,6 +10,7 @@ from sqlalchemy.exc import IntegrityError
 
 from agent_jobs.core.errors import ApprovalError, RecordNotFound
 from agent_jobs.store import Store
+from agent_jobs.store.guard import Guard
 from agent_jobs.store.schema import approvals
 from tests.contract.support import action, n_events, park_for_approval, running, shift
 
@@ -18,7 +19,9 @@ REQUESTER = "agent:planner"
 
 def parked(store: Store, tenant: str, approval_id: str = "apr_1") -> str:
     lease = running(store, tenant)
-    store.commit(lease, park_for_approval(action(), approval_id, requester=REQUESTER))
+    store.transition(
+        Guard.lease(lease), park_for_approval(action(), approval_id, requester=REQUESTER)
+    )
     return lease.task_id
 
 

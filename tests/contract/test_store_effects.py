@@ -9,6 +9,7 @@ from agent_jobs.core.errors import ApprovalError, EffectKeyConflict, StaleTransi
 from agent_jobs.core.patch import EffectWrite
 from agent_jobs.orchestrator.sweepers import Sweepers
 from agent_jobs.store import Store
+from agent_jobs.store.guard import Guard
 from agent_jobs.store.schema import approvals, tasks
 from agent_jobs.testing import TEST_SETTINGS, LostBroker, RecordingPublisher
 from tests.contract.support import (
@@ -37,7 +38,7 @@ def sweepers(store: Store) -> tuple[Sweepers, RecordingPublisher]:
 def granted_approval(store: Store, tenant: str, approval_id: str = "apr_1") -> str:
     """A task parked in APPROVAL_WAIT whose approval was granted, its lease back in hand."""
     lease = running(store, tenant)
-    store.commit(lease, park_for_approval(action(), approval_id))
+    store.transition(Guard.lease(lease), park_for_approval(action(), approval_id))
     store.decide_approval(approval_id, "usr_lead", grant=True)
     return lease.task_id
 
@@ -49,7 +50,7 @@ def test_executing_commit_writes_the_intent_in_the_same_transaction(
     the lease for the call."""
     act = action()
     lease = running(store, tenant)
-    result = store.commit(lease, intent(act))
+    result = store.transition(Guard.lease(lease), intent(act))
     assert result.task.status is S.EXECUTING
     assert result.lease is not None and result.task.lease_owner == lease.owner  # call under it
     assert result.dispatch is None  # the worker keeps the task: no step message
@@ -62,8 +63,8 @@ def test_executing_commit_writes_the_intent_in_the_same_transaction(
         1,
     )
     # After the call, the outcome lands with the next transition.
-    done = store.commit(
-        result.lease,
+    done = store.transition(
+        Guard.lease(result.lease),
         to(S.VERIFYING, "effect_ok", effect=EffectWrite(act, "committed", {"refund": "rf_1"})),
     )
     assert done.task.status is S.VERIFYING
@@ -78,7 +79,7 @@ def test_a_stale_intent_writes_neither_status_nor_effect(store: Store, tenant: s
     expire_lease(store, zombie.task_id)
     claim(store, zombie.task_id, OTHER)
     with pytest.raises(StaleTransition):
-        store.commit(zombie, intent(action()))
+        store.transition(Guard.lease(zombie), intent(action()))
     assert n_effects(store, zombie.task_id) == 0
     assert store.get(zombie.task_id).status is S.RUNNING
 
@@ -87,18 +88,19 @@ def test_an_intent_key_reused_for_another_action_writes_nothing(store: Store, te
     """Invariant 3: a retry after "reconcile found nothing" must present the very same
     action under its key; a different one is refused and the transition does not land either."""
     lease = executing(store, tenant, action(1200))
-    unknown = store.commit(
-        lease, to(S.EXEC_UNKNOWN, "timeout", effect=EffectWrite(action(1200), "unknown"))
+    unknown = store.transition(
+        Guard.lease(lease),
+        to(S.EXEC_UNKNOWN, "timeout", effect=EffectWrite(action(1200), "unknown")),
     )
     again = claim(store, lease.task_id)
     before = store.get(lease.task_id)
     with pytest.raises(ValueError, match="different action"):
-        store.commit(again, intent(action(9999)))  # same key, different amount
+        store.transition(Guard.lease(again), intent(action(9999)))  # same key, different amount
     assert store.get(lease.task_id) == before
     (eff,) = store.effects(lease.task_id)
     assert (eff.status, eff.action_hash, eff.attempts) == ("unknown", action(1200).action_hash, 1)
     # The same action again reuses the row and its key.
-    retried = store.commit(again, intent(action(1200)))
+    retried = store.transition(Guard.lease(again), intent(action(1200)))
     assert retried.task.version == unknown.task.version + 1
     (eff,) = store.effects(lease.task_id)
     assert (eff.status, eff.attempts) == ("intent", 2)
@@ -109,13 +111,14 @@ def test_an_intent_never_reopens_a_committed_effect(store: Store, tenant: str) -
     refused (it would reset the recorded effect to `intent` and send it again); neither the
     transition nor any change to the effect lands."""
     lease = executing(store, tenant, action(1200))
-    store.commit(
-        lease, to(S.RUNNING, "effect_ok", effect=EffectWrite(action(1200), "committed", {"id": 1}))
+    store.transition(
+        Guard.lease(lease),
+        to(S.RUNNING, "effect_ok", effect=EffectWrite(action(1200), "committed", {"id": 1})),
     )
     again = claim(store, lease.task_id)
     before = store.get(lease.task_id)
     with pytest.raises(EffectKeyConflict, match="already committed"):
-        store.commit(again, intent(action(1200)))
+        store.transition(Guard.lease(again), intent(action(1200)))
     assert store.get(lease.task_id) == before
     (eff,) = store.effects(lease.task_id)
     assert (eff.status, eff.attempts, eff.result) == ("committed", 1, {"id": 1})
@@ -125,7 +128,7 @@ def test_the_approval_is_consumed_in_the_intents_transaction(store: Store, tenan
     """Invariants 3 and 8: the grant is consumed in the intent's transaction."""
     task_id = granted_approval(store, tenant)
     lease = claim(store, task_id)
-    result = store.commit(lease, intent(action(), approval_id="apr_1"))
+    result = store.transition(Guard.lease(lease), intent(action(), approval_id="apr_1"))
     assert result.task.status is S.EXECUTING
     approval = store.approval("apr_1")
     assert approval.status == "used" and approval.used_at is not None
@@ -137,18 +140,19 @@ def test_a_second_consumption_fails_and_rolls_back_its_intent(store: Store, tena
     grant is gone, neither the status, nor the event, nor the intent lands."""
     task_id = granted_approval(store, tenant)
     lease = claim(store, task_id)
-    first = store.commit(lease, intent(action(), approval_id="apr_1"))
+    first = store.transition(Guard.lease(lease), intent(action(), approval_id="apr_1"))
     assert first.lease is not None
     # Back through reconcile to EXECUTING, presenting the (now used) grant again, under a
     # different key so the intent would be a fresh row.
-    store.commit(
-        first.lease, to(S.EXEC_UNKNOWN, "timeout", effect=EffectWrite(action(), "unknown"))
+    store.transition(
+        Guard.lease(first.lease),
+        to(S.EXEC_UNKNOWN, "timeout", effect=EffectWrite(action(), "unknown")),
     )
     again = claim(store, task_id)
     events = n_events(store, task_id)
     second = action(key="refund:req-1:pay_1:b")
     with pytest.raises(ApprovalError):
-        store.commit(again, intent(second, approval_id="apr_1"))
+        store.transition(Guard.lease(again), intent(second, approval_id="apr_1"))
     assert store.get(task_id) == again.task  # as claimed: no status, version or event moved
     assert store.effect(task_id, second.idempotency_key) is None
     assert n_events(store, task_id) == events
@@ -159,7 +163,7 @@ def test_a_second_consumption_fails_and_rolls_back_its_intent(store: Store, tena
 def test_an_unusable_grant_rolls_back_the_intent(store: Store, tenant: str, spoil: str) -> None:
     """Invariants 3 and 8: an expired, denied, undecided or foreign grant rolls the intent back."""
     lease = running(store, tenant)
-    store.commit(lease, park_for_approval(action(), "apr_1"))
+    store.transition(Guard.lease(lease), park_for_approval(action(), "apr_1"))
     if spoil == "expired":
         store.decide_approval("apr_1", "usr_lead", grant=True)
         shift(store, approvals, "apr_1", expires_at=-1.0)
@@ -168,14 +172,14 @@ def test_an_unusable_grant_rolls_back_the_intent(store: Store, tenant: str, spoi
     elif spoil == "other_task":
         # A grant for another task cannot be spent here.
         other = running(store, tenant)
-        store.commit(other, park_for_approval(action(), "apr_2"))
+        store.transition(Guard.lease(other), park_for_approval(action(), "apr_2"))
         store.decide_approval("apr_2", "usr_lead", grant=True)
         store.decide_approval("apr_1", "usr_lead", grant=True)
     shift(store, tasks, lease.task_id, next_attempt_at=-1.0)  # its timer is due
     again = claim(store, lease.task_id)
     approval_id = "apr_2" if spoil == "other_task" else "apr_1"
     with pytest.raises(ApprovalError):
-        store.commit(again, intent(action(), approval_id=approval_id))
+        store.transition(Guard.lease(again), intent(action(), approval_id=approval_id))
     assert store.get(lease.task_id).status is S.APPROVAL_WAIT
     assert n_effects(store, lease.task_id) == 0
 
@@ -205,7 +209,9 @@ def test_lapsed_lease_during_effect_becomes_exec_unknown(store: Store, tenant: s
     assert [d.task_id for d in publisher.published] == [lease.task_id]
     # The zombie that was calling the tool cannot record an outcome over the unknown.
     with pytest.raises(StaleTransition):
-        store.commit(lease, to(S.VERIFYING, "effect_ok", effect=EffectWrite(act, "committed")))
+        store.transition(
+            Guard.lease(lease), to(S.VERIFYING, "effect_ok", effect=EffectWrite(act, "committed"))
+        )
     assert sweep.lease() == 0
     assert event_types(store, lease.task_id).count("lease_lost_during_effect") == 1
 

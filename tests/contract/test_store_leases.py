@@ -12,6 +12,7 @@ import pytest
 from agent_jobs.core.errors import StaleTransition
 from agent_jobs.orchestrator.steps import worker_lost
 from agent_jobs.store import Lease, Store
+from agent_jobs.store.guard import Guard
 from agent_jobs.store.schema import tasks
 from agent_jobs.testing import TEST_SETTINGS
 from tests.contract.support import (
@@ -79,10 +80,10 @@ def test_after_the_lease_lapses_the_zombie_is_fenced_off(store: Store, tenant: s
     assert heir.version == zombie.version  # a claim does not bump the version
     events = n_events(store, zombie.task_id)
     with pytest.raises(StaleTransition):
-        store.commit(zombie, to(S.VERIFYING, "late_draft"))
+        store.transition(Guard.lease(zombie), to(S.VERIFYING, "late_draft"))
     assert n_events(store, zombie.task_id) == events
     assert store.get(zombie.task_id).lease_owner == OTHER
-    done = store.commit(heir, to(S.VERIFYING, "draft"))
+    done = store.transition(Guard.lease(heir), to(S.VERIFYING, "draft"))
     assert done.task.status is S.VERIFYING and done.task.version == zombie.version + 1
 
 
@@ -97,12 +98,12 @@ def test_the_epoch_alone_fences_a_zombie_with_the_same_owner_name(
     heir = claim(store, zombie.task_id, OWNER)
     assert (heir.owner, heir.version, heir.epoch) == (OWNER, zombie.version, zombie.epoch + 1)
     with pytest.raises(StaleTransition):
-        store.commit(zombie, to(S.VERIFYING, "late_draft"))
+        store.transition(Guard.lease(zombie), to(S.VERIFYING, "late_draft"))
     with pytest.raises(StaleTransition):
         store.renew(zombie, 30.0)
     assert not store.release(zombie)
     assert store.get(zombie.task_id).lease_owner == OWNER
-    assert store.commit(heir, to(S.VERIFYING, "draft")).task.status is S.VERIFYING
+    assert store.transition(Guard.lease(heir), to(S.VERIFYING, "draft")).task.status is S.VERIFYING
 
 
 def test_renew_pushes_the_expiry_out_from_the_db_clock(store: Store, tenant: str) -> None:
@@ -140,7 +141,7 @@ def test_renew_after_the_sweeper_took_the_lease_raises(store: Store, tenant: str
     with pytest.raises(StaleTransition):
         store.renew(lease, 30.0)
     with pytest.raises(StaleTransition):
-        store.commit(lease, to(S.VERIFYING, "late_draft"))
+        store.transition(Guard.lease(lease), to(S.VERIFYING, "late_draft"))
 
 
 def test_release_gives_the_lease_back_without_a_transition(store: Store, tenant: str) -> None:
@@ -156,13 +157,13 @@ def test_release_gives_the_lease_back_without_a_transition(store: Store, tenant:
     again = claim(store, task.id, OTHER)
     assert again.epoch == lease.epoch + 1
     with pytest.raises(StaleTransition):
-        store.commit(lease, to(S.RUNNING, "late"))
+        store.transition(Guard.lease(lease), to(S.RUNNING, "late"))
 
 
 def test_terminal_and_parked_tasks_are_not_claimed(store: Store, tenant: str) -> None:
     """Invariant 2: terminal tasks are never claimed, whatever their lease columns say."""
     lease = running(store, tenant)
-    store.commit(lease, to(S.FAILED, "failed"))
+    store.transition(Guard.lease(lease), to(S.FAILED, "failed"))
     assert store.claim(lease.task_id, OTHER, 30.0) is None
     # Even a stray lease timestamp on a terminal row does not make it claimable.
     shift(store, tasks, lease.task_id, lease_expires_at=-10.0)
@@ -172,13 +173,13 @@ def test_terminal_and_parked_tasks_are_not_claimed(store: Store, tenant: str) ->
 def test_claiming_a_row_just_read_gives_the_same_lease_as_a_full_claim(
     store: Store, tenant: str
 ) -> None:
-    """`claim_read` (the step's claim after its read) returns what `claim_in` would: the row as
-    read with the new owner, epoch and expiry, which is the row as it now is."""
+    """`claim(..., seen=)` (the step's claim after its read) returns what a plain claim would:
+    the row as read with the new owner, epoch and expiry, which is the row as it now is."""
     task = new_task(store, tenant)
     with store.step_conn() as conn:
         seen = store.peek_claimable(conn, task.id)
         assert seen is not None
-        lease = store.claim_read(conn, seen, OWNER, 60.0)
+        lease = store.claim(seen.id, OWNER, 60.0, conn=conn, seen=seen)
     assert lease is not None
     assert lease.task == store.get(task.id)
     assert (lease.owner, lease.epoch) == (OWNER, task.lease_epoch + 1)
@@ -195,7 +196,7 @@ def test_claiming_a_row_that_moved_since_the_read_reads_it_afresh(
     assert seen is not None and not seen.cancel_requested
     store.request_cancel(task.id)
     with store.step_conn() as conn:
-        lease = store.claim_read(conn, seen, OWNER, 60.0)
+        lease = store.claim(seen.id, OWNER, 60.0, conn=conn, seen=seen)
     assert lease is not None and lease.task.cancel_requested
     assert lease.task == store.get(task.id)
 
@@ -209,4 +210,4 @@ def test_claiming_a_row_someone_else_claimed_since_the_read_fails(
     assert seen is not None
     assert claim(store, task.id, OTHER) is not None
     with store.step_conn() as conn:
-        assert store.claim_read(conn, seen, OWNER, 60.0) is None
+        assert store.claim(seen.id, OWNER, 60.0, conn=conn, seen=seen) is None

@@ -13,6 +13,7 @@ from agent_jobs.core.errors import RecordNotFound
 from agent_jobs.core.states import Status
 from agent_jobs.orchestrator.sweepers import Sweepers
 from agent_jobs.store import Store
+from agent_jobs.store.guard import Guard
 from agent_jobs.testing import TEST_SETTINGS, LostBroker, RecordingPublisher
 from tests.contract.support import (
     OTHER,
@@ -33,8 +34,8 @@ Park = Callable[[Store, str], str]
 
 def retry_wait(store: Store, tenant: str, wake_in_s: float = 600.0) -> str:
     lease = running(store, tenant)
-    result = store.commit(
-        lease, to(S.RETRY_WAIT, "transient_error", wake_in_s=wake_in_s, attempts=1)
+    result = store.transition(
+        Guard.lease(lease), to(S.RETRY_WAIT, "transient_error", wake_in_s=wake_in_s, attempts=1)
     )
     assert result.dispatch is None and result.lease is None  # no message, no lease
     return lease.task_id
@@ -42,7 +43,9 @@ def retry_wait(store: Store, tenant: str, wake_in_s: float = 600.0) -> str:
 
 def approval_wait(store: Store, tenant: str, approval_id: str = "apr_1") -> str:
     lease = running(store, tenant)
-    result = store.commit(lease, park_for_approval(action(), approval_id, ttl_s=600.0))
+    result = store.transition(
+        Guard.lease(lease), park_for_approval(action(), approval_id, ttl_s=600.0)
+    )
     assert result.dispatch is None and result.lease is None
     return lease.task_id
 
@@ -84,7 +87,7 @@ def test_leaving_a_parked_state_clears_its_timer(store: Store, tenant: str) -> N
     """Invariant 6: leaving a parked state clears its timer."""
     task_id = retry_wait(store, tenant, wake_in_s=-1.0)
     lease = claim(store, task_id)
-    result = store.commit(lease, to(S.RUNNING, "retrying", keep_lease=True))
+    result = store.transition(Guard.lease(lease), to(S.RUNNING, "retrying", keep_lease=True))
     assert result.task.next_attempt_at is None
 
 
@@ -123,7 +126,7 @@ def test_request_cancel_wakes_a_parked_task(store: Store, tenant: str, park: Par
     assert (row.status, row.version) == (before.status, before.version)  # a flag, not a status
     assert event_types(store, task_id)[-1] == "cancel_requested"
     lease = claim(store, task_id, OTHER)
-    done = store.commit(lease, to(S.CANCELLED, "cancelled"))
+    done = store.transition(Guard.lease(lease), to(S.CANCELLED, "cancelled"))
     assert done.task.status is S.CANCELLED
 
 
@@ -144,8 +147,11 @@ def test_cancel_on_a_terminal_task_is_refused(store: Store, tenant: str, end: St
     """DESIGN.md cancellation: a finished task cannot be cancelled; nothing is written."""
     lease = running(store, tenant)
     if end is S.COMPLETED:
-        lease = store.commit(lease, to(S.VERIFYING, "drafted", keep_lease=True)).lease or lease
-    store.commit(lease, to(end, "done"))
+        lease = (
+            store.transition(Guard.lease(lease), to(S.VERIFYING, "drafted", keep_lease=True)).lease
+            or lease
+        )
+    store.transition(Guard.lease(lease), to(end, "done"))
     before = store.get(lease.task_id)
     events = n_events(store, lease.task_id)
     result = store.request_cancel(lease.task_id, tenant)

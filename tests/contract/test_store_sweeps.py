@@ -32,6 +32,8 @@ from agent_jobs.orchestrator.steps import lease_lost, worker_lost
 from agent_jobs.orchestrator.sweepers import KINDS, Sweepers
 from agent_jobs.store import Store
 from agent_jobs.store import sweeps as sweep_sql
+from agent_jobs.store.backend import Backend
+from agent_jobs.store.guard import Guard
 from agent_jobs.store.schema import approvals, effects, tasks
 from agent_jobs.store.types import db_now_plus
 from agent_jobs.testing import TEST_SETTINGS, LostBroker, RecordingPublisher
@@ -288,7 +290,7 @@ def test_two_sweepers_at_once_dispatch_every_due_task_exactly_once(
     assert set(counts) == set(seeded.all_due) - set(seeded.due["lease"])
     assert not set(counts) & set(seeded.not_due)
     # Both did some of the work on Postgres (on SQLite one may win every lock race).
-    if store.dialect == "postgresql":
+    if store.backend.name == "postgresql":
         assert pub_a.published and pub_b.published
     # Every EXECUTING task with a lapsed lease went to EXEC_UNKNOWN exactly once (invariant 4).
     for task_id in seeded.due["lease_effect"]:
@@ -322,7 +324,7 @@ def test_the_broker_lost_mark_redispatches_what_was_sent_before_it(
         shift(store, tasks, task_id, dispatched_at=-5.0)
     leased = running(store, tenant)  # owned by a live worker: not the broker's business
     retry = running(store, tenant)
-    store.commit(retry, to(S.RETRY_WAIT, "transient_error", wake_in_s=600.0))
+    store.transition(Guard.lease(retry), to(S.RETRY_WAIT, "transient_error", wake_in_s=600.0))
     shift(store, tasks, retry.task_id, next_attempt_at=-10.0, dispatched_at=-5.0)
     pub_a, pub_b = RecordingPublisher(), RecordingPublisher()
     probe = LostBroker()
@@ -358,33 +360,33 @@ def test_lease_sweep_of_an_owned_task_is_fenced_against_the_old_owner(
 
 # -- cost grows with what is due: each sweeper query reads its partial index ----------------
 
-SWEEP_QUERIES: dict[str, tuple[str, Callable[[Connection, str, datetime], object]]] = {
+SWEEP_QUERIES: dict[str, tuple[str, Callable[[Backend, Connection, datetime], object]]] = {
     "lease": (
         "ix_tasks_lease_expiry",
-        lambda c, d, cut: sweep_sql.expired_leases(c, d, 50, worker_lost_patch),
+        lambda b, c, cut: sweep_sql.expired_leases(b, c, 50, worker_lost_patch),
     ),
-    "dispatch": ("ix_tasks_dispatch", lambda c, d, cut: sweep_sql.lost_dispatch(c, d, 50, cut)),
+    "dispatch": ("ix_tasks_dispatch", lambda b, c, cut: sweep_sql.lost_dispatch(b, c, 50, cut)),
     "retry": (
         "ix_tasks_retry_due",
-        lambda c, d, cut: sweep_sql.due_timers(c, d, Status.RETRY_WAIT, 50, cut),
+        lambda b, c, cut: sweep_sql.due_timers(b, c, Status.RETRY_WAIT, 50, cut),
     ),
     "unknown": (
         "ix_tasks_unknown_due",
-        lambda c, d, cut: sweep_sql.due_timers(c, d, Status.EXEC_UNKNOWN, 50, cut),
+        lambda b, c, cut: sweep_sql.due_timers(b, c, Status.EXEC_UNKNOWN, 50, cut),
     ),
     "approval_due": (
         "ix_tasks_approval_due",
-        lambda c, d, cut: sweep_sql.due_timers(c, d, Status.APPROVAL_WAIT, 50, cut),
+        lambda b, c, cut: sweep_sql.due_timers(b, c, Status.APPROVAL_WAIT, 50, cut),
     ),
     "approvals": (
         "ix_approvals_open_expiry",
-        lambda c, d, cut: sweep_sql.expired_approvals(c, d, 50),
+        lambda b, c, cut: sweep_sql.expired_approvals(b, c, 50),
     ),
 }
 
 
 def first_statement(
-    store: Store, run: Callable[[Connection, str, datetime], object], cutoff: datetime
+    store: Store, run: Callable[[Backend, Connection, datetime], object], cutoff: datetime
 ) -> tuple[str, Any]:
     """The sweeper's selecting statement, as sent to the database (run, then rolled back)."""
     seen: list[tuple[str, Any]] = []
@@ -396,7 +398,7 @@ def first_statement(
     with store.engine.connect() as conn:
         event.listen(store.engine, "before_cursor_execute", capture)
         try:
-            run(conn, store.dialect, cutoff)
+            run(store.backend, conn, cutoff)
         finally:
             event.remove(store.engine, "before_cursor_execute", capture)
             conn.rollback()
@@ -405,7 +407,7 @@ def first_statement(
 
 def plan(store: Store, statement: str, parameters: Any) -> str:
     with store.engine.connect() as conn:
-        if store.dialect == "postgresql":
+        if store.backend.name == "postgresql":
             rows = conn.exec_driver_sql("EXPLAIN " + statement, parameters).all()
             text = "\n".join(r[0] for r in rows)
         else:
@@ -531,7 +533,7 @@ def test_every_sweeper_query_reads_its_partial_index(store: Store, tenant: str) 
 def index_definition(store: Store, name: str) -> str:
     query = (
         "SELECT indexdef FROM pg_indexes WHERE indexname = %(n)s"
-        if store.dialect == "postgresql"
+        if store.backend.name == "postgresql"
         else "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = :n"
     )
     with store.engine.connect() as conn:

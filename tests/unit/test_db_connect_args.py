@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_jobs.config import Settings
-from agent_jobs.store.engine import pg_connect_args
+from agent_jobs.store.backend.postgres import pg_connect_args
 
 seconds = st.one_of(st.just(0.0), st.floats(min_value=1e-6, max_value=1e6, allow_nan=False))
 
