@@ -161,56 +161,15 @@ class Harness:
 
     def make_due(self, task_id: str) -> None:
         """Move a RETRY_WAIT or EXEC_UNKNOWN timer to now (an approval's expiry is left alone)."""
-        from sqlalchemy import update  # noqa: PLC0415 - the store owns SQLAlchemy; tests may reach in
-
-        from agent_jobs.store.schema import tasks  # noqa: PLC0415
-        from agent_jobs.store.types import db_now  # noqa: PLC0415
-
-        with self.store.tx() as conn:
-            conn.execute(
-                update(tasks)
-                .where(
-                    (tasks.c.id == task_id)
-                    & tasks.c.status.in_([Status.RETRY_WAIT.value, Status.EXEC_UNKNOWN.value])
-                )
-                .values(next_attempt_at=db_now())
-            )
+        self.store.make_due(task_id)
 
     def expire_lease(self, task_id: str) -> None:
         """Make the task's lease lapse now, as if its worker died."""
-        from sqlalchemy import update  # noqa: PLC0415
-
-        from agent_jobs.store.schema import tasks  # noqa: PLC0415
-        from agent_jobs.store.types import db_now_plus  # noqa: PLC0415
-
-        with self.store.tx() as conn:
-            conn.execute(
-                update(tasks)
-                .where(tasks.c.id == task_id)
-                .values(lease_expires_at=db_now_plus(-1.0))
-            )
+        self.store.lapse_lease(task_id)
 
     def expire_approval(self, approval_id: str) -> None:
-        from sqlalchemy import update  # noqa: PLC0415
-
-        from agent_jobs.store.schema import approvals, tasks  # noqa: PLC0415
-        from agent_jobs.store.types import db_now_plus  # noqa: PLC0415
-
-        with self.store.tx() as conn:
-            row = conn.execute(
-                update(approvals)
-                .where(approvals.c.id == approval_id)
-                .values(expires_at=db_now_plus(-1.0))
-                .returning(approvals.c.task_id)
-            ).first()
-            if row is not None:
-                # The timer fell due after the task's last dispatch, as a real expiry does;
-                # the sweepers skip a timer that was already dispatched since it fell due.
-                conn.execute(
-                    update(tasks)
-                    .where((tasks.c.id == row[0]) & (tasks.c.status == Status.APPROVAL_WAIT.value))
-                    .values(next_attempt_at=db_now_plus(-1.0), dispatched_at=db_now_plus(-2.0))
-                )
+        """The approval expires now; its waiting task's timer falls due."""
+        self.store.lapse_approval(approval_id)
 
 
 # -- testing your own agent (agent_jobs.agents) --------------------------------------------------

@@ -163,14 +163,13 @@ class EvalEnvironment:
         self.env = DemoEnv(extra=extra, lease_ttl_s=5.0).__enter__()
         self._stack.append(self.env)
         # Imported after the environment is set: the Celery config is read at import.
-        from sqlalchemy import create_engine  # noqa: PLC0415
-
         from agent_jobs.queue.embedded import EmbeddedWorker  # noqa: PLC0415
         from agent_jobs.queue.runtime import get_runtime  # noqa: PLC0415
+        from agent_jobs.store.engine import make_engine  # noqa: PLC0415
         from agent_jobs.store.migrate import upgrade  # noqa: PLC0415
 
         # The schema first: building the runtime reads the operator switches.
-        first = create_engine(self.env.env["AGENT_JOBS_DATABASE_URL"])
+        first = make_engine(self.env.env["AGENT_JOBS_DATABASE_URL"])
         try:
             upgrade(first)
         finally:
@@ -305,25 +304,10 @@ class EvalEnvironment:
     def _expire_pending(self, run: _Run, deadline: float) -> None:
         """A stale approval: the grant window passes before the lead acts (rewritten in SQL,
         never slept through); the task must ask again for the same exact action."""
-        from sqlalchemy import update  # noqa: PLC0415
-
-        from agent_jobs.store.schema import approvals, tasks  # noqa: PLC0415
-        from agent_jobs.store.types import db_now_plus  # noqa: PLC0415
-
         first = self._pending(run)
         if not first:
             return
-        with self.store.tx() as conn:
-            conn.execute(
-                update(approvals)
-                .where(approvals.c.id == first[0].approval_id)
-                .values(expires_at=db_now_plus(-1.0))
-            )
-            conn.execute(
-                update(tasks)
-                .where((tasks.c.id == run.task_id) & (tasks.c.status == Status.APPROVAL_WAIT.value))
-                .values(next_attempt_at=db_now_plus(-1.0), dispatched_at=db_now_plus(-2.0))
-            )
+        self.store.lapse_approval(first[0].approval_id)
         while time.monotonic() < deadline:
             now = self._pending(run)
             if now and now[0].approval_id != first[0].approval_id:

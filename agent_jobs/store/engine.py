@@ -50,7 +50,7 @@ def _content_rule(*args: Any) -> tuple[str, Any]:
 
 
 def is_content_rule(listener: Any) -> bool:
-    """Whether a `before_cursor_execute` listener is the content rule's (`store.prepared`
+    """Whether a `before_cursor_execute` listener is the content rule's (`store.backend.prepared`
     applies the rule itself when it runs a statement on the driver's cursor)."""
     return listener is _content_rule
 

@@ -15,8 +15,8 @@ from agent_jobs.core.states import TERMINAL, Status
 from agent_jobs.store import holds, sweeps
 from agent_jobs.store.base import StoreBase
 from agent_jobs.store.rows import Dispatch, Lease, TaskRow
-from agent_jobs.store.schema import dead_letters, marks, signing_keys, tasks
-from agent_jobs.store.types import db_now
+from agent_jobs.store.schema import approvals, dead_letters, marks, signing_keys, tasks
+from agent_jobs.store.types import db_now, db_now_plus
 
 _TERMINAL = [s.value for s in TERMINAL]
 # The statuses of `ix_tasks_active_tenant`'s predicate, spelled as an IN list so that Postgres
@@ -118,3 +118,42 @@ class MaintenanceStore(StoreBase):
     def held_ages(self, reason: str | None = None) -> dict[str, tuple[int, float]]:
         with self.engine.connect() as conn:
             return holds.held_ages(conn, reason)
+
+    # -- time passing, for tests and evals (`agent_jobs.testing`, `evals.runner`) ---------------
+
+    def make_due(self, task_id: str) -> None:
+        """Move a RETRY_WAIT or EXEC_UNKNOWN timer to now (an approval's expiry is left alone)."""
+        parked = [Status.RETRY_WAIT.value, Status.EXEC_UNKNOWN.value]
+        with self.tx() as conn:
+            conn.execute(
+                update(tasks)
+                .where((tasks.c.id == task_id) & tasks.c.status.in_(parked))
+                .values(next_attempt_at=db_now())
+            )
+
+    def lapse_lease(self, task_id: str) -> None:
+        """Make the task's lease lapse now, as if its worker died."""
+        with self.tx() as conn:
+            conn.execute(
+                update(tasks)
+                .where(tasks.c.id == task_id)
+                .values(lease_expires_at=db_now_plus(-1.0))
+            )
+
+    def lapse_approval(self, approval_id: str) -> None:
+        """The approval's grant window passes now, and its waiting task's timer falls due after
+        the task's last dispatch, as a real expiry does (the sweepers skip a timer that was
+        dispatched since it fell due)."""
+        with self.tx() as conn:
+            row = conn.execute(
+                update(approvals)
+                .where(approvals.c.id == approval_id)
+                .values(expires_at=db_now_plus(-1.0))
+                .returning(approvals.c.task_id)
+            ).first()
+            if row is not None:
+                conn.execute(
+                    update(tasks)
+                    .where((tasks.c.id == row[0]) & (tasks.c.status == Status.APPROVAL_WAIT.value))
+                    .values(next_attempt_at=db_now_plus(-1.0), dispatched_at=db_now_plus(-2.0))
+                )

@@ -13,7 +13,8 @@ from sqlalchemy import Table, event, func, select, update
 from agent_jobs.core.contracts import Action, TaskRequest
 from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
 from agent_jobs.core.states import Status
-from agent_jobs.store import Lease, Store, TaskRow, prepared
+from agent_jobs.store import Lease, Store, TaskRow
+from agent_jobs.store.backend import prepared
 from agent_jobs.store.guard import Guard
 from agent_jobs.store.schema import approvals, effects, task_events, tasks
 from agent_jobs.store.types import db_now_plus

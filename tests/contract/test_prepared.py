@@ -19,7 +19,8 @@ from agent_jobs.core.errors import StaleTransition
 from agent_jobs.core.patch import EffectWrite, Patch
 from agent_jobs.core.states import Status
 from agent_jobs.core.text import clean_text
-from agent_jobs.store import Lease, Store, prepared
+from agent_jobs.store import Lease, Store
+from agent_jobs.store.backend import prepared
 from agent_jobs.store.guard import Guard
 from agent_jobs.store.schema import approvals, effects
 from agent_jobs.testing import TEST_SETTINGS, Harness

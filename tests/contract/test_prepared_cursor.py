@@ -18,7 +18,8 @@ from sqlalchemy.exc import DBAPIError
 
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.text import clean_text
-from agent_jobs.store import Store, prepared
+from agent_jobs.store import Store
+from agent_jobs.store.backend import prepared
 from agent_jobs.store.backend.postgres_sql import CLAIM as _CLAIM_PREPARED
 from agent_jobs.store.backend.postgres_sql import CLAIMABLE_ROW as _CLAIMABLE_ROW_PREPARED
 from agent_jobs.testing import Harness

@@ -20,9 +20,9 @@ from agent_jobs.core.identity import principal
 from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
 from agent_jobs.core.states import Status
 from agent_jobs.core.text import to_json
-from agent_jobs.store import prepared
 from agent_jobs.store.backend import postgres_seed as seed
 from agent_jobs.store.backend import postgres_sql as sql
+from agent_jobs.store.backend import prepared
 from agent_jobs.store.backend.base import Backend, CasWrite, Decision, NewTask
 from agent_jobs.store.engine import install_rules, normalize_pg_url
 from agent_jobs.store.guard import Guard

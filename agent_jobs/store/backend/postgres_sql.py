@@ -16,7 +16,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from agent_jobs.core.states import Status
 from agent_jobs.store.backend import statements as core
-from agent_jobs.store.prepared import Prepared, from_clause, from_text
+from agent_jobs.store.backend.prepared import Prepared, from_clause, from_text
 from agent_jobs.store.schema import approvals, columns_sql, effects, task_events, tasks
 from agent_jobs.store.types import commits_without_flush, db_now, db_now_plus
 

@@ -93,9 +93,9 @@ class RawResult:
 
 
 def execute(conn: Connection, prepared: Prepared, values: dict[str, Any]) -> FirstRow:
-    """`prepared` on Postgres (unless turned off), else the same statement through SQLAlchemy
-    (`Prepared.plain`)."""
-    if conn.dialect.name == "postgresql" and enabled():
+    """`prepared` (the Postgres backend's statements), unless turned off: then the same
+    statement through SQLAlchemy (`Prepared.plain`)."""
+    if enabled():
         return prepared.run(conn, values)
     return conn.execute(prepared.plain, values)
 
