@@ -1,6 +1,6 @@
 """A transition as data: what one step decided, for the store to apply with compare-and-set.
 
-A step function maps (task, input) to a `Patch`; `store.commit` applies it in one transaction:
+A step function maps (task, input) to a `Patch`; `Store.transition` applies it in one transaction:
 the guarded UPDATE on (version, lease epoch), the event append, and every record that must move
 together with the status (the effect intent, the approval's consumption, a dead letter).
 """

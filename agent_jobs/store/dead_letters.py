@@ -41,12 +41,13 @@ class DeadLetterStore(StoreBase):
     def replay_dead_letter(self, task_id: str, *, actor: str, why: str) -> ReplayResult:
         """Resume a dead-lettered FAILED task from its last checkpoint (its state is kept).
 
-        One transaction: read the dead letter; the guarded UPDATE (FAILED, and that dead letter
-        still present) to the status whose step failed (RUNNING unless it was RECEIVED or
-        VERIFYING), with attempts reset, outcome and last error cleared and a dispatch record;
-        the `dead_letter_replayed` event; the dead letter moved to `dead_letter_replays`. A
-        concurrent or repeated replay finds the task no longer FAILED or the dead letter gone,
-        and does nothing."""
+        One transaction: read the dead letter and the row; the one guarded write
+        (`transition.apply`, pinned on the row as read, checked against `REPLAY_TRANSITIONS`)
+        to the status whose step failed (RUNNING unless it was RECEIVED or VERIFYING), with
+        attempts reset, outcome, hold and last error cleared, a dispatch record and the
+        `dead_letter_replayed` event; the dead letter moved to `dead_letter_replays`. A
+        concurrent or repeated replay finds the dead letter gone or the row moved, and does
+        nothing."""
         with self.tx() as conn:
             dl = (
                 conn.execute(select(dead_letters).where(dead_letters.c.task_id == task_id))

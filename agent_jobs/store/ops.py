@@ -1,13 +1,8 @@
-"""The store's side of the control plane: operator switches and their history, incident queries,
-and dead-letter replay.
+"""The store's side of the control plane: operator switches and their history, and incident
+queries (dead-letter replay is `dead_letters.py`).
 
 Switches: the current set is one row per (kind, tenant, target) in `ops_switches`; every change is
 also an `ops_switch_history` row, in the same transaction, so the history cannot miss one.
-
-Replay is the one transition out of a terminal status, and deliberately not on the step write
-path (`writes.py`, which only applies legal transitions): a guarded UPDATE that matches a FAILED
-task whose dead letter is still there, and in the same transaction moves the dead letter to
-`dead_letter_replays`. A second replay of the same dead letter matches nothing.
 """
 
 from __future__ import annotations

@@ -163,3 +163,21 @@ def test_display_status() -> None:
     assert display_status(S.RUNNING, False, held_for="gate") == "held_gate"
     assert display_status(S.COMPLETED, False, held_for="paused") == "completed"
     assert display_status(S.RETRY_WAIT, False, stopped_by_operator=True) == "stopped_by_operator"
+
+
+def test_only_a_replay_leaves_failed_and_only_into_its_table() -> None:
+    """The replay's transitions are declared (`REPLAY_TRANSITIONS`), not open: a step's patch
+    can never leave FAILED, and a replay cannot leave any other terminal status."""
+    from agent_jobs.core.errors import IllegalTransition
+    from agent_jobs.core.states import REPLAY_TRANSITIONS, TERMINAL, check_transition
+
+    for into in REPLAY_TRANSITIONS[Status.FAILED]:
+        check_transition(Status.FAILED, into, replay=True)
+        with pytest.raises(IllegalTransition):
+            check_transition(Status.FAILED, into)
+    for frm in TERMINAL - {Status.FAILED}:
+        for into in Status:
+            with pytest.raises(IllegalTransition):
+                check_transition(frm, into, replay=True)
+    with pytest.raises(IllegalTransition):
+        check_transition(Status.FAILED, Status.COMPLETED, replay=True)
