@@ -5,6 +5,13 @@ a failed attempt (the worker lost: retried after backoff, a dead letter after ma
 redelivered quick step runs under a lease so that its death is counted too); after the commit
 the dispatch is recorded in the same row, and with late acks the message being processed is
 redelivered if the worker dies before publishing the next one.
+
+`Orchestrator` is put together from mixins (see `runner_base`). This module holds the entry
+points (submit, cancel, an approval's decision), `run_step` and the start of a step (the read
+or the claim, and which path it takes), the session a step runs in, the table from a status to
+its step, and `run_step_waiting`, which rides out a database that cannot be reached. The quick
+step is in `quick`, the leased step and its commit in `leased`. `StepReport` and `startable`
+are re-exported here, where the worker, the test harness and tests import them.
 """
 
 from __future__ import annotations
@@ -15,30 +22,25 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any
 
 from agent_jobs.config import Settings
 from agent_jobs.core.contracts import ApprovalView, TaskRequest
-from agent_jobs.core.errors import ApprovalError, Deferred, StaleTransition, UnknownWorkflow
+from agent_jobs.core.errors import Deferred
 from agent_jobs.core.patch import Patch
-from agent_jobs.core.states import EFFECT_IN_FLIGHT, TERMINAL, Status
+from agent_jobs.core.states import TERMINAL, Status
+from agent_jobs.orchestrator.leased import LeasedStep
 from agent_jobs.orchestrator.leases import LeaseKeeper
 from agent_jobs.orchestrator.outage import StepInterrupted, backoff_s, db_unavailable
 from agent_jobs.orchestrator.ports import NullObserver, Observer, Publisher
+from agent_jobs.orchestrator.quick import QuickStep, _NeedsLease, _refuse, startable
 from agent_jobs.orchestrator.registry import WorkflowRegistry
+from agent_jobs.orchestrator.runner_base import StepReport
 from agent_jobs.orchestrator.steps import Session, Steps
 from agent_jobs.orchestrator.workflow import Workflow
-from agent_jobs.store import (
-    CancelResult,
-    CreateResult,
-    Dispatch,
-    Guard,
-    Lease,
-    PendingEvent,
-    Store,
-    TaskRow,
-)
+from agent_jobs.store import CancelResult, CreateResult, Dispatch, Lease, Store, TaskRow
+
+__all__ = ["STEP_COST_FLOOR_S", "Orchestrator", "StepReport", "startable"]
 
 log = logging.getLogger(__name__)
 S = Status
@@ -76,64 +78,7 @@ class _Timed:
         return timed
 
 
-def startable(row: TaskRow | None, task_id: str) -> bool:
-    """A row a step may start from without reading it: this task's, runnable without a lease
-    (no owner, no timer, not held). Whether it is still the task's row the commit decides."""
-    return (
-        row is not None
-        and row.id == task_id
-        and row.status in (S.RECEIVED, S.RUNNING, S.VERIFYING)
-        and row.lease_owner is None
-        and row.next_attempt_at is None
-        and row.held_since is None
-    )
-
-
-def _row_after(task: TaskRow, patch: Patch) -> TaskRow:
-    """`task` as a commit of `patch` leaves it, as far as the workflow's `quick` hook looks:
-    status and state; no lease, no timer (a leased commit's new row is not read back)."""
-    return replace(
-        task,
-        status=patch.to,
-        state=task.state if patch.state is None else patch.state,
-        lease_owner=None,
-        lease_expires_at=None,
-        next_attempt_at=None,
-    )
-
-
-class _NeedsLease(Exception):
-    """A step run as quick tried an intermediate commit (an effect): redo it under a lease."""
-
-
-def _refuse(patch: Patch) -> Lease:
-    raise _NeedsLease()
-
-
-class _MissingWorkflow:
-    """Stands in for a workflow that is not registered, so the task can be stopped cleanly."""
-
-    name = "missing"
-    version = 0
-
-
-_MISSING: Any = _MissingWorkflow()
-
-
-@dataclass(frozen=True)
-class StepReport:
-    task_id: str
-    from_status: Status
-    to_status: Status | None  # None: nothing to do, or the commit lost the race
-    stale: bool = False
-    tenant_id: str = ""
-    # The step raised; the failure was recorded as a failed attempt (or a dead letter).
-    failed: bool = False
-    # The next step's message, published by run_step once the step's gate slot is given back.
-    dispatch: Dispatch | None = None
-
-
-class Orchestrator:
+class Orchestrator(QuickStep, LeasedStep):
     def __init__(
         self,
         store: Store,
@@ -405,58 +350,6 @@ class Orchestrator:
     def _workflow(self, task: TaskRow) -> Workflow | None:
         return self.workflows.get(task.workflow) if task.workflow in self.workflows else None
 
-    def _quick(self, task: TaskRow, workflow: Workflow) -> bool:
-        if task.status is S.RETRY_WAIT:
-            return True  # the orchestrator's own step: RETRY_WAIT -> RUNNING (or CANCELLED)
-        if task.status not in (S.RECEIVED, S.RUNNING, S.VERIFYING):
-            return False
-        hook = getattr(workflow, "quick", None)
-        if hook is None:
-            return False
-        pseudo = Lease(task=task, owner="", epoch=task.lease_epoch, expires_at=task.updated_at)
-        return bool(hook(self._session(pseudo, workflow).peek()))
-
-    def _quick_step(
-        self,
-        conn: Any,
-        task: TaskRow,
-        workflow: Workflow,
-        owner: str,
-        started: float,
-        *,
-        carried: bool = False,
-    ) -> StepReport | None:
-        """One quick step: computed from `task`, committed with compare-and-set. `carried`: the
-        row came with the message, not from a read; a lost CAS then returns None (start over
-        from a read) instead of a stale report."""
-        pseudo = Lease(task=task, owner=owner, epoch=task.lease_epoch, expires_at=task.updated_at)
-        session = self._session(pseudo, workflow, quick=True)
-        patch = self._dispatch_status(session)
-        if patch is None:
-            if carried:
-                return None  # nothing to do on the carried row: look at the real one
-            self.observer.step(task.status.value, time.monotonic() - started, "noop")
-            return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
-        try:
-            # The row back only when the next step may start from it (it rides in the message).
-            carry = self.settings.step_row_max_bytes > 0
-            guard = Guard.carried(task) if carried else Guard.seen(task)
-            done = self.store.transition(guard, patch, conn=conn, actor=owner, returning=carry)
-            dispatch, new = done.dispatch, done.task
-            if dispatch is not None and new is not None and startable(new, task.id):
-                dispatch = self._told(dispatch, new, workflow, carry=True)
-        except StaleTransition:
-            if carried:
-                return None  # the carried row is not the task's any more: read it
-            # A duplicate delivery, or a worker that claimed it meanwhile: theirs stands.
-            self.observer.stale_commit()
-            return StepReport(task.id, task.status, None, stale=True, tenant_id=task.tenant_id)
-        self.observer.transition(task.workflow, task.status.value, patch.to.value)
-        self.observer.step(task.status.value, time.monotonic() - started, "ok")
-        return StepReport(
-            task.id, task.status, patch.to, tenant_id=task.tenant_id, dispatch=dispatch
-        )
-
     def _session(self, lease: Lease, workflow: Workflow, *, quick: bool = False) -> Session:
         hooks = getattr(self._local, "hooks", None)
         timed: Any = _Timed(workflow, hooks) if hooks is not None else workflow
@@ -471,90 +364,6 @@ class Orchestrator:
             ),
         )
         return session
-
-    def _record(self, s: Session, type_: str, data: dict[str, Any]) -> None:
-        """An event a hook recorded: held for the step's next commit, which writes it in the
-        same transaction (a model call or a read costs no commit of its own). Once an effect
-        is in flight (EXECUTING, EXEC_UNKNOWN) it is written at once: the audit record of a
-        call that may have reached a system of record must outlive this worker."""
-        if s.lease.task.status in EFFECT_IN_FLIGHT:
-            self._emit(s.lease.task_id, type_, data)
-        else:
-            s.pending.append(PendingEvent(type_, data, time.monotonic()))
-
-    def _flush(self, s: Session) -> None:
-        """Write what a step recorded but did not commit (it ended without a transition, lost
-        its task, or failed to record its failure): the calls happened all the same."""
-        events, s.pending = s.pending, []
-        if events:
-            try:
-                self.store.append_events(s.lease.task_id, events)
-            except Exception:  # an audit append must not turn a finished step into a failure
-                log.exception("could not append %d events to %s", len(events), s.lease.task_id)
-
-    def _leased_step(self, lease: Lease, started: float) -> StepReport:
-        self.keeper.hold(lease)
-        from_status = lease.task.status
-        result = "error"
-        try:
-            report = self._advance(lease)
-            result = "stale" if report.stale else ("noop" if report.to_status is None else "ok")
-            if report.failed:
-                result = "error"
-            return report
-        finally:
-            self.keeper.drop(lease)
-            self.observer.step(from_status.value, time.monotonic() - started, result)
-
-    def _advance(self, lease: Lease) -> StepReport:
-        task = lease.task
-        workflow = self._workflow(task)
-        if workflow is None:
-            session = self._session(lease, _MISSING)
-            reason = str(UnknownWorkflow(task.workflow, self.workflows.names()))
-            return self._finish(session, self.steps.stop(session, reason, prefer=S.ESCALATED))
-        session = self._session(lease, workflow)
-        try:
-            return self._advance_session(session)
-        finally:
-            self._flush(session)
-
-    def _advance_session(self, session: Session) -> StepReport:
-        task = session.lease.task
-        try:
-            patch = self._dispatch_status(session)
-        except StaleTransition as exc:
-            # An intermediate commit (the intent) lost the race: another worker owns the task.
-            self.observer.stale_commit()
-            log.info("%s", exc)
-            return StepReport(task.id, task.status, None, stale=True, tenant_id=task.tenant_id)
-        except ApprovalError as exc:
-            # The grant was consumed or expired between our check and the intent's transaction.
-            log.info("%s", exc)
-            self.store.release(session.lease)
-            return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
-        except Deferred as exc:
-            # A shared resource is saturated (the model cap): no transition, no failure; the
-            # task is held without its lease until the gate's pump lets it out again.
-            self.store.hold(task.id, exc.hold_for, lease=session.lease)
-            self.observer.held(exc.hold_for)
-            return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
-        except Exception as exc:
-            if self._outage(exc):
-                raise self._interrupted(task.id, session.lease, exc) from exc
-            log.exception("step for %s (%s) failed", task.id, task.status)
-            return self._record_failure(session, exc)
-        if patch is None:
-            self.store.release(session.lease)
-            return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
-        try:
-            return self._finish(session, patch)
-        except Exception as exc:
-            if self._outage(exc):
-                raise self._interrupted(task.id, session.lease, exc) from exc
-            # The database refused the transition (rolled back; the lease is still ours).
-            log.exception("commit for %s (%s) failed", task.id, task.status)
-            return self._record_failure(session, exc)
 
     def _dispatch_status(self, s: Session) -> Patch | None:
         status = s.task.status
@@ -573,99 +382,6 @@ class Orchestrator:
         if status is S.RETRY_WAIT:
             return self.steps.retry_wait(s)
         raise AssertionError(f"claimed a task in {status}")  # terminal tasks are never claimed
-
-    def _session_for(self, lease: Lease) -> Session:
-        workflow = self._workflow(lease.task)
-        return self._session(lease, workflow if workflow is not None else _MISSING)
-
-    def _record_failure(self, s: Session, exc: BaseException) -> StepReport:
-        """Commit the failed attempt (`Steps.failed`) under the step's lease. Only if that
-        commit itself fails (the database is down) is the lease released and the error raised:
-        the sweepers then find the task again, and nothing was counted."""
-        try:
-            report = self._finish(s, self.steps.failed(s, exc))
-        except Exception:
-            log.exception("could not record the failed attempt of %s", s.lease.task_id)
-            try:
-                self.store.release(s.lease)
-            except Exception:
-                log.exception("could not release the lease of %s", s.lease.task_id)
-            raise
-        return replace(report, failed=True)
-
-    def _finish(self, s: Session, patch: Patch) -> StepReport:
-        patch = self.steps.with_effects(s, patch)
-        frm = s.lease.task.status
-        events = tuple(s.pending)
-        try:
-            # The usual end of a step gives the lease back and needs no new row read back.
-            dispatch = self.store.transition(
-                Guard.lease(s.lease), patch, events=events,
-                lease_ttl_s=self.settings.lease_ttl_s, returning=patch.keep_lease,
-            ).dispatch  # fmt: skip
-        except StaleTransition as exc:
-            self.observer.stale_commit()
-            self._flush(s)  # what the step did is recorded, its result is not
-            # A late result (a zombie's) is kept as an event and changes nothing.
-            self._emit(
-                s.lease.task_id,
-                "late_result_dropped",
-                {"from": frm.value, "to": patch.to.value, "event": patch.event, "data": patch.data},
-            )
-            log.info("%s", exc)
-            return StepReport(
-                s.lease.task_id, frm, None, stale=True, tenant_id=s.lease.task.tenant_id
-            )
-        del s.pending[: len(events)]
-        self.observer.transition(s.lease.task.workflow, frm.value, patch.to.value)
-        workflow = self._workflow(s.lease.task)
-        if dispatch is not None and workflow is not None:
-            after = _row_after(s.lease.task, patch)
-            dispatch = self._told(dispatch, after, workflow, carry=False)
-        return StepReport(
-            s.lease.task_id,
-            frm,
-            patch.to,
-            tenant_id=s.lease.task.tenant_id,
-            dispatch=dispatch,
-        )
-
-    def _told(
-        self, dispatch: Dispatch, after: TaskRow, workflow: Workflow, *, carry: bool
-    ) -> Dispatch:
-        """The next step's message, told what that step may skip: a quick step its read (it
-        starts from `after`, when `carry`: the row the commit returned), a leased step the read
-        before its claim (`Dispatch.claim`). Hints, judged on the row as the commit left it:
-        a workflow's `quick` hook that raises gives none (the step itself then runs the hook
-        again, and a failure there is counted like any step's), never a failed commit or
-        submit."""
-        try:
-            quick = self._quick(after, workflow)
-        except Exception:
-            log.warning(
-                "quick hook of %s raised; no hint for its next step", after.id, exc_info=True
-            )
-            return dispatch
-        if quick:
-            return dispatch._replace(row=after) if carry else dispatch
-        return dispatch._replace(claim=True)
-
-    def _commit_keep(self, s: Session, patch: Patch) -> Lease:
-        frm = s.lease.task.status
-        events = tuple(s.pending)
-        result = self.store.transition(
-            Guard.lease(s.lease), patch, lease_ttl_s=self.settings.lease_ttl_s, events=events
-        )
-        del s.pending[: len(events)]
-        assert result.lease is not None
-        self.observer.transition(s.lease.task.workflow, frm.value, patch.to.value)
-        return result.lease
-
-    def _emit(self, task_id: str, type_: str, data: dict[str, Any]) -> None:
-        try:
-            self.store.append_event(task_id, type_, data)
-        except Exception:  # an audit append must not turn a done effect into a failed step
-            log.exception("could not append %s event to %s", type_, task_id)
 
 
 def _first_line(exc: BaseException) -> str:
