@@ -117,24 +117,6 @@ class LeasedStep(RunnerBase):
             log.exception("commit for %s (%s) failed", task.id, task.status)
             return self._record_failure(session, exc)
 
-    def _dispatch_status(self, s: Session) -> Patch | None:
-        status = s.task.status
-        if status is S.RECEIVED:
-            return self.steps.received(s)
-        if status is S.RUNNING:
-            return self.steps.running(s)
-        if status is S.EXECUTING:
-            return self.steps.executing_reclaimed(s)
-        if status is S.EXEC_UNKNOWN:
-            return self.steps.exec_unknown(s)
-        if status is S.VERIFYING:
-            return self.steps.verifying(s)
-        if status is S.APPROVAL_WAIT:
-            return self.steps.approval_wait(s)
-        if status is S.RETRY_WAIT:
-            return self.steps.retry_wait(s)
-        raise AssertionError(f"claimed a task in {status}")  # terminal tasks are never claimed
-
     def _session_for(self, lease: Lease) -> Session:
         workflow = self._workflow(lease.task)
         return self._session(lease, workflow if workflow is not None else _MISSING)

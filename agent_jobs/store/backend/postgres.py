@@ -23,6 +23,7 @@ from agent_jobs.core.text import to_json
 from agent_jobs.store.backend import postgres_seed as seed
 from agent_jobs.store.backend import postgres_sql as sql
 from agent_jobs.store.backend import prepared
+from agent_jobs.store.backend import statements as core
 from agent_jobs.store.backend.base import Backend, CasWrite, Decision, NewTask
 from agent_jobs.store.engine import install_rules, normalize_pg_url
 from agent_jobs.store.guard import Guard
@@ -159,14 +160,7 @@ class PostgresBackend(Backend):
     def claim_seen(
         self, conn: Connection, task: TaskRow, owner: str, ttl_s: float
     ) -> RowLike | None:
-        values = {
-            "p_id": task.id,
-            "p_version": task.version,
-            "p_seq": task.event_seq,
-            "p_epoch": task.lease_epoch,
-            "p_owner": owner,
-            "p_ttl": ttl_s,
-        }
+        values = core.claim_seen_values(task, owner, ttl_s)
         return prepared.execute(conn, sql.CLAIM_SEEN, values).first()
 
     # -- the guarded write -----------------------------------------------------------------------

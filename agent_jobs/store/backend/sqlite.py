@@ -162,14 +162,7 @@ class SqliteBackend(Backend):
     def claim_seen(
         self, conn: Connection, task: TaskRow, owner: str, ttl_s: float
     ) -> RowLike | None:
-        values = {
-            "p_id": task.id,
-            "p_version": task.version,
-            "p_seq": task.event_seq,
-            "p_epoch": task.lease_epoch,
-            "p_owner": owner,
-            "p_ttl": ttl_s,
-        }
+        values = core.claim_seen_values(task, owner, ttl_s)
         return conn.execute(core.CLAIM_SEEN, values).first()
 
     # -- the guarded write -----------------------------------------------------------------------

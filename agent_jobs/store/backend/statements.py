@@ -9,10 +9,12 @@ due.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Column, bindparam, or_, select, text, update
 
 from agent_jobs.core.states import TERMINAL
+from agent_jobs.store.rows import TaskRow
 from agent_jobs.store.schema import approvals, tasks
 from agent_jobs.store.types import UTCDateTime, commits_without_flush, db_now, db_now_plus
 
@@ -59,6 +61,19 @@ CLAIM_SEEN = (
     )
     .returning(tasks.c.lease_epoch, tasks.c.lease_expires_at)
 )
+
+
+def claim_seen_values(task: TaskRow, owner: str, ttl_s: float) -> dict[str, Any]:
+    """`CLAIM_SEEN`'s parameters: the row as read, and the lease to take."""
+    return {
+        "p_id": task.id,
+        "p_version": task.version,
+        "p_seq": task.event_seq,
+        "p_epoch": task.lease_epoch,
+        "p_owner": owner,
+        "p_ttl": ttl_s,
+    }
+
 
 # The approval and the database's clock, read by every step that acts on a grant.
 APPROVAL_NOW: Column[datetime] = Column("aj_db_now", UTCDateTime())
