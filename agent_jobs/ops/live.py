@@ -170,7 +170,7 @@ class StoreSwitches:
                 client = redis.Redis.from_url(
                     self._redis_url, socket_connect_timeout=5, health_check_interval=30
                 )
-                pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+                pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]
                 pubsub.subscribe(channel)
                 # Subscribed: anything changed before this moment is read now.
                 self.reload()
