@@ -145,6 +145,8 @@ def cmd_cost_fairness(args: argparse.Namespace) -> int:
 def cmd_platform(args: argparse.Namespace) -> int:
     from agent_jobs.bench import platform  # noqa: PLC0415
 
+    if args.baseline is not None:
+        return _platform_side_by_side(args)
     result = platform.run(
         tasks=args.tasks,
         workers=args.workers,
@@ -154,6 +156,32 @@ def cmd_platform(args: argparse.Namespace) -> int:
     )
     _print(result, args.json, platform.render)
     return 0 if not result["not_completed"] else 1  # a refund task that did not complete
+
+
+def _platform_side_by_side(args: argparse.Namespace) -> int:
+    from agent_jobs.bench import baseline  # noqa: PLC0415
+    from agent_jobs.bench.common import progress  # noqa: PLC0415
+
+    argv = ["bench", "platform", "--json", "--tasks", str(args.tasks)]
+    argv += ["--workers", str(args.workers), "--warmup", str(args.warmup)]
+    argv += ["--concurrent"] if args.concurrent else []
+    for name in getattr(args, "wipe", None) or ():
+        argv += ["--wipe", name]
+
+    def figures(r: dict[str, Any]) -> dict[str, float]:
+        return {
+            "platform_ms": float(r["median"]["platform_ms"]),
+            "worker_cpu_ms_per_task": float(r["worker_cpu_ms_per_task"]),
+        }
+
+    result = baseline.run_pairs(
+        argv,
+        baseline.code_root(args.baseline),
+        args.pairs,
+        figures,
+        progress=lambda text: progress(not args.json, text),
+    )
+    return _print(result, args.json, baseline.render)
 
 
 def cmd_recovery(args: argparse.Namespace) -> int:
@@ -358,6 +386,13 @@ def _register_platform(bsub: Any) -> None:
     pl.add_argument("--workers", type=int, default=2, help="worker processes")
     pl.add_argument("--concurrent", action="store_true", help="submit all at once")
     pl.add_argument("--warmup", type=int, default=1, help="unmeasured tasks run first")
+    pl.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="side by side with the checkout in DIR (e.g. a git worktree of the commit before "
+        "a change): alternating runs of both, medians and each pair's ratio",
+    )
+    pl.add_argument("--pairs", type=int, default=6, help="with --baseline: pairs of runs")
     pl.add_argument("--json", action="store_true")
     pl.set_defaults(func=_guarded(cmd_platform))
 
