@@ -14,6 +14,12 @@ are not armed one by one but rolled for every request from a seeded random gener
 
 A throttle's `Retry-After` is delta-seconds or an HTTP-date, in turn, so both forms are met.
 
+Each operation rolls from its own generator (seeded from the seed and the operation's name), so
+one operation's faults do not depend on how its requests interleave with the others'. The first
+request of an operation named in `Harshness.opening` meets that fault rather than a roll, so every
+seed exercises the paths the test asserts on (a refund committed and its answer lost, a throttle)
+instead of meeting them with high probability only.
+
 The test drives it in process: `world` is loaded by the constructor, and `refunds`, `posts` and
 `post_times` show what happened.
 """
@@ -54,6 +60,10 @@ class Harshness:
     read_throttled: float = 0.05
     retry_after_s: int = 1
     late_s: float = 6.0  # refunds.create's timeout is 5 s
+    # the fault the first request of an operation meets, whatever the roll
+    opening: dict[str, str] = field(
+        default_factory=lambda: {"refunds.create": "drop_after_commit", "orders.get": "throttled"}
+    )
 
 
 @dataclass
@@ -75,7 +85,8 @@ class StandInSystems:
 
     def __init__(self, world: Json, harshness: Harshness | None = None, seed: int = 7) -> None:
         self.harsh = harshness or Harshness()
-        self._rng = random.Random(seed)
+        self._seed = seed
+        self._rngs: dict[str, random.Random] = {}
         self._lock = threading.Lock()
         self.ledger = _Ledger(
             orders={o["order_id"]: dict(o) for o in world.get("orders", [])},
@@ -123,9 +134,14 @@ class StandInSystems:
     # -- serving -------------------------------------------------------------------------------
 
     def _roll(self, operation: str) -> str:
-        h, x = self.harsh, 0.0
+        h = self.harsh
         with self._lock:
-            x = self._rng.random()
+            rng = self._rngs.get(operation)
+            if rng is None:
+                rng = self._rngs[operation] = random.Random(f"{self._seed}/{operation}")
+                if operation in h.opening:
+                    return h.opening[operation]
+            x = rng.random()
         if operation == "refunds.create":
             for name, p in (
                 ("drop_after_commit", h.create_drop_after_commit),
