@@ -11,6 +11,8 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pydantic import ValidationError
@@ -29,6 +31,20 @@ def _runtime() -> Any:
     from agent_jobs.queue.runtime import get_runtime  # noqa: PLC0415 - Celery loads lazily
 
     return get_runtime()
+
+
+@contextmanager
+def _reader() -> Iterator[Any]:
+    """The store alone, for the commands that only read: no Celery, no broker, no switches
+    (about half a second less for each `status`, `events`, `approvals` or `dead-letters`)."""
+    from agent_jobs.config import settings  # noqa: PLC0415 - keep `--help` fast
+    from agent_jobs.store import Store  # noqa: PLC0415
+
+    store = Store.from_url(settings().database_url)
+    try:
+        yield store
+    finally:
+        store.engine.dispose()
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -112,14 +128,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     _check_args(args)
-    view = _runtime().store.get(args.task_id, args.tenant).view()
+    with _reader() as store:
+        view = store.get(args.task_id, args.tenant).view()
     print(to_json(view) if args.json else task_text(view))
     return 0
 
 
 def cmd_events(args: argparse.Namespace) -> int:
     _check_args(args)
-    events = _runtime().store.events(args.task_id, args.tenant)
+    with _reader() as store:
+        events = store.events(args.task_id, args.tenant)
     if args.json:
         print(to_json(events))
     else:
@@ -177,9 +195,10 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 def cmd_approvals(args: argparse.Namespace) -> int:
     _check_args(args)
-    rows = _runtime().store.list_approvals(
-        args.tenant, status=None if args.status == "all" else args.status
-    )
+    with _reader() as store:
+        rows = store.list_approvals(
+            args.tenant, status=None if args.status == "all" else args.status
+        )
     if args.json:
         print(to_json(rows))
     else:
@@ -192,7 +211,8 @@ def cmd_approvals(args: argparse.Namespace) -> int:
 
 def cmd_dead_letters(args: argparse.Namespace) -> int:
     _check_args(args)
-    rows = _runtime().store.dead_letters(args.tenant, limit=args.limit)
+    with _reader() as store:
+        rows = store.dead_letters(args.tenant, limit=args.limit)
     if args.json:
         print(to_json(rows))
     else:

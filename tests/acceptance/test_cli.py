@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from agent_jobs.cli import build_parser
+from agent_jobs.store import Store
 from tests.support.live import wait_until
 
 pytestmark = pytest.mark.slow
@@ -38,6 +41,14 @@ def cli(tmp: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[s
     if ok:
         assert proc.returncode == 0, proc.stderr
     return proc
+
+
+@pytest.fixture(scope="module")
+def upgraded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A database `agent-jobs db upgrade` made, once for the module; tests copy it."""
+    tmp = tmp_path_factory.mktemp("upgraded")
+    cli(tmp, "db", "upgrade")
+    return tmp / "aj.db"
 
 
 @pytest.mark.parametrize(
@@ -71,9 +82,9 @@ def cli(tmp: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[s
     ],
 )
 def test_bad_input_is_one_line_and_a_non_zero_exit(
-    tmp_path: Path, args: list[str], needle: str
+    tmp_path: Path, upgraded: Path, args: list[str], needle: str
 ) -> None:
-    cli(tmp_path, "db", "upgrade")
+    shutil.copy(upgraded, tmp_path / "aj.db")
     proc = cli(tmp_path, *args, ok=False)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
@@ -82,8 +93,9 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(
     assert needle in proc.stderr
 
 
-def test_every_command_has_help(tmp_path: Path) -> None:
-    top = cli(tmp_path, "--help").stdout
+def test_every_command_has_help(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    top = cli(tmp_path, "--help").stdout  # in a process of its own, as a user runs it
+    parser = build_parser()  # each command's help from the same parser, in this process
     for command in (
         "submit",
         "status",
@@ -100,7 +112,10 @@ def test_every_command_has_help(tmp_path: Path) -> None:
         "dead-letters",
     ):
         assert command in top
-        assert cli(tmp_path, command, "--help").stdout.startswith("usage:")
+        with pytest.raises(SystemExit) as done:
+            parser.parse_args([command, "--help"])
+        assert done.value.code == 0
+        assert capsys.readouterr().out.startswith("usage:"), command
 
 
 @pytest.fixture
@@ -125,11 +140,21 @@ def _status(tmp: Path, task_id: str) -> dict[str, object]:
 
 
 def _wait_status(tmp: Path, task_id: str, status: str, timeout_s: float = 60) -> dict[str, object]:
-    def reached() -> dict[str, object] | None:
-        view = _status(tmp, task_id)
-        return view if view["status"] == status else None
-
-    return wait_until(f"{task_id} to reach {status}", reached, timeout_s, every_s=0.3)
+    """Wait by reading the database in this process (a `status` process a poll would cost about a
+    second each), then read the task as a user does, with `agent-jobs status`."""
+    store = Store.from_url(_env(tmp)["AGENT_JOBS_DATABASE_URL"])
+    try:
+        wait_until(
+            f"{task_id} to reach {status}",
+            lambda: store.get(task_id).status == status,
+            timeout_s,
+            every_s=0.1,
+        )
+    finally:
+        store.engine.dispose()
+    view = _status(tmp, task_id)
+    assert view["status"] == status, view
+    return view
 
 
 def _submit_payout(tmp: Path, key: str, payout: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -172,17 +173,31 @@ def _put_in_every_state(
     return expected
 
 
-def _cli_status(database_url: str, tenant: str, task_id: str) -> tuple[str, str]:
+_CLI_LOOP = """
+import sys
+from agent_jobs.cli import main
+tenant, ids = sys.argv[1], sys.argv[2:]
+for task_id in ids:
+    for extra in ([], ["--json"]):
+        code = main(["status", task_id, "--tenant", tenant, *extra])
+        print(f"\\x1e{code}", flush=True)
+"""
+
+
+def _cli_status(database_url: str, tenant: str, task_ids: list[str]) -> dict[str, tuple[str, str]]:
+    """`agent-jobs status ID` and `status ID --json` for every task, as a separate process on the
+    same database: the CLI's own `main`, run in turn in one child (one start, not one a call)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_JOBS_")}
     env["AGENT_JOBS_DATABASE_URL"] = database_url
-    base = [sys.executable, "-m", "agent_jobs.cli", "status", task_id, "--tenant", tenant]
-    runs = [
-        subprocess.run([*args], env=env, capture_output=True, text=True, timeout=120, check=False)
-        for args in (base, [*base, "--json"])
-    ]
-    for run in runs:
-        assert run.returncode == 0, run.stderr
-    return runs[0].stdout, runs[1].stdout
+    run = subprocess.run(
+        [sys.executable, "-c", _CLI_LOOP, tenant, *task_ids],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    parts = re.split(r"\x1e(-?\d+)\n", run.stdout)  # output, its exit code, output, ...
+    texts, codes = parts[0:-1:2], parts[1::2]
+    assert codes == ["0"] * 2 * len(task_ids) and parts[-1] == "", (run.stdout, run.stderr)
+    return {t: (texts[2 * i], texts[2 * i + 1]) for i, t in enumerate(task_ids)}
 
 
 @pytest.mark.usefixtures("obeyed")
@@ -233,7 +248,8 @@ def test_every_held_and_parked_task_reads_over_the_api_client_cli_and_console(
                 assert client.get(task_id).display_status == reading
 
         # The CLI, as a separate process on the same database.
+        read = _cli_status(pg_database, tenant, list(expected))
         for task_id, reading in expected.items():
-            text, as_json = _cli_status(pg_database, tenant, task_id)
+            text, as_json = read[task_id]
             assert f"({reading.value})" in text
             assert json.loads(as_json)["display_status"] == reading.value
