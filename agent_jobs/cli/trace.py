@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from agent_jobs.config import settings
+from agent_jobs.cli.reading import reading_store
 from agent_jobs.core.errors import InvalidInput
 from agent_jobs.core.identity import check_tenant_id
 from agent_jobs.obs.tracing import spans_from_events, trace_json, waterfall
@@ -34,14 +34,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
             check_tenant_id(args.tenant)
         except ValueError as exc:
             raise InvalidInput(f"--tenant: {exc}") from None
-    from agent_jobs.store import Store  # noqa: PLC0415 - keep `--help` fast
-
-    store = Store.from_url(settings().database_url)
-    try:
+    with reading_store() as store:
         task = store.get(args.task_id, args.tenant)
         spans = spans_from_events(task, store.events(args.task_id, args.tenant))
-    finally:
-        store.engine.dispose()
     if args.json:
         print(json.dumps(trace_json(spans), indent=2, ensure_ascii=False))
     else:

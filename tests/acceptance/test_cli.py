@@ -151,7 +151,7 @@ def _wait_status(tmp: Path, task_id: str, status: str, timeout_s: float = 60) ->
             every_s=0.1,
         )
     finally:
-        store.engine.dispose()
+        store.dispose()
     view = _status(tmp, task_id)
     assert view["status"] == status, view
     return view
