@@ -121,7 +121,7 @@ chaos: $(STAMP) $(TOOL_SECRET_FILE)
 
 $(VENV)/%-secret: | $(STAMP)
 	@umask 077 && $(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(32))' > $@
-	@echo "generated a secret in $@ (or export AGENT_JOBS_JWT_SECRET / AGENT_JOBS_TOOL_SECRET)" >&2
+	@$(BIN)/python -c 'import os, sys; n = f"AGENT_JOBS_{sys.argv[1].upper()}_SECRET"; os.environ.get(n) or print(f"generated a secret in {sys.argv[2]} (or export {n})", file=sys.stderr)' $* $@
 
 db: $(STAMP) $(SECRET_FILE) $(TOOL_SECRET_FILE)
 	$(SERVICE_ENV) $(BIN)/python -c "from agent_jobs.store.admin import ensure_database as e; import os; e(os.environ['AGENT_JOBS_DATABASE_URL'])"
