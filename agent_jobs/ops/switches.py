@@ -151,6 +151,17 @@ class SwitchSet:
     def effects_stopped(self, tenant_id: str) -> Switch | None:
         return self._either(Kind.EFFECTS_STOPPED, tenant_id)
 
+    def write_held(self, tool: str, tenant_id: str) -> tuple[str, str] | None:
+        """Why a write of `tool` (a side effect) for this tenant must wait now, as its code and
+        message, or None: the tool disabled, the tenant read-only, or its effects stopped."""
+        if self.tool_disabled(tool, tenant_id) is not None:
+            return "tool_disabled", f"{tool} is disabled by operator"
+        if self.read_only(tenant_id) is not None:
+            return "read_only", "tenant downgraded to read-only tools by operator"
+        if self.effects_stopped(tenant_id) is not None:
+            return EFFECTS_STOPPED_CODE, EFFECTS_STOPPED_REASON
+        return None
+
     def paused(self, tenant_id: str, workflow: str | None = None) -> Switch | None:
         """Everything, the tenant, or (when given) the workflow (by name, or name@version)."""
         found = self._either(Kind.PAUSED, tenant_id)

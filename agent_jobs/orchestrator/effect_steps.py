@@ -15,6 +15,8 @@ from agent_jobs.core.patch import ApprovalRequest, EffectWrite, Patch
 from agent_jobs.core.retry import backoff_s
 from agent_jobs.core.states import Status
 from agent_jobs.core.text import cut
+from agent_jobs.ops.live import current as current_switches
+from agent_jobs.ops.switches import POLL_INTERVAL_S
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.orchestrator.patches import action_summary, lease_lost, note, with_runtime
 from agent_jobs.orchestrator.session import Session
@@ -103,6 +105,15 @@ class EffectSteps(StepBase):
     def execute_after(self, s: Session, intent: Patch, action: Action) -> Patch:
         """Commit the intent (keeping the lease), then call the tool, then report the outcome."""
         s.lease = s.commit_keep(intent)
+        # Every effect passes here, whether the workflow sends it through the tool executor or
+        # calls its system itself (a workflow of your own): an operator's lever holds them all.
+        held = current_switches().write_held(action.tool, s.task.tenant_id)
+        if held is not None:
+            code, message = held
+            outcome: wf.EffectOutcome = wf.EffectThrottled(
+                POLL_INTERVAL_S, f"{code}: {message}", by_operator=True
+            )
+            return self.effect_outcome(s, action, outcome)
         try:
             outcome = s.workflow.execute(s.execute_input(action), action)
         except Exception as exc:  # we cannot know whether the request left: unknown, not failed

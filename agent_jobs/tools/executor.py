@@ -55,8 +55,6 @@ from agent_jobs.core.hashing import action_hash, args_hash, derive_idempotency_k
 from agent_jobs.core.text import clean_json, clean_text
 from agent_jobs.ops.live import installed as installed_switches
 from agent_jobs.ops.switches import (
-    EFFECTS_STOPPED_CODE,
-    EFFECTS_STOPPED_REASON,
     POLL_INTERVAL_S,
     Switches,
     SwitchSet,
@@ -128,18 +126,12 @@ def _wait(d: ToolDescriptor, code: str, message: str) -> Outcome:
 
 def check_switches(d: ToolDescriptor, tenant_id: str, switches: SwitchSet) -> Outcome | None:
     """The operator switches that stop this call for this tenant, as an outcome (or None)."""
-    disabled = switches.tool_disabled(d.name, tenant_id)
-    if disabled is not None:
-        if not d.is_write:
-            return Rejected(code="tool_disabled", message=f"{d.name} is disabled by operator")
-        return _wait(d, "tool_disabled", f"{d.name} is disabled by operator")
     if not d.is_write:
+        if switches.tool_disabled(d.name, tenant_id) is not None:
+            return Rejected(code="tool_disabled", message=f"{d.name} is disabled by operator")
         return None
-    if switches.read_only(tenant_id) is not None:
-        return _wait(d, "read_only", "tenant downgraded to read-only tools by operator")
-    if switches.effects_stopped(tenant_id) is not None:
-        return _wait(d, EFFECTS_STOPPED_CODE, EFFECTS_STOPPED_REASON)
-    return None
+    held = switches.write_held(d.name, tenant_id)
+    return None if held is None else _wait(d, *held)
 
 
 def _safe_args_hash(call: ToolCall) -> str:
