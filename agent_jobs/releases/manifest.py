@@ -32,13 +32,14 @@ RETRIEVAL_INDEXES = frozenset({"policy-kb@2026-03-10"})
 
 
 class ReleaseInvalid(AgentJobsError):
-    """A manifest is malformed or names a version that does not exist."""
+    """A manifest is malformed or names a version that does not exist; or (`what` says which)
+    a promote or a phase change its gate refuses."""
 
     code = "release_invalid"
 
-    def __init__(self, problems: Iterable[str]) -> None:
+    def __init__(self, problems: Iterable[str], what: str = "invalid release manifest") -> None:
         self.problems = list(problems)
-        super().__init__("invalid release manifest: " + "; ".join(self.problems))
+        super().__init__(f"{what}: " + "; ".join(self.problems))
 
 
 class _Frozen(BaseModel):

@@ -188,7 +188,7 @@ class ReleaseService:
         manifest = Manifest.parse_stored(row.manifest)
         problems = promote_problems(manifest, row.eval_status, row.eval_summary, self.eval_runs)
         if problems and not force:
-            raise ReleaseInvalid(problems)
+            raise ReleaseInvalid(problems, "promote refused")
         self.catalog.check(manifest)  # still deployable here
         cur = self._rollout(row.workflow)
         return self.store.change_rollout(  # type: ignore[no-any-return]
@@ -368,17 +368,20 @@ class ReleaseService:
         """Move a tenant along the ladder: forward one step only with the gate's evidence;
         back (a failed gate rolls back) at any time."""
         if phase not in PHASE_NAMES:
-            raise ReleaseInvalid([f"unknown phase {phase!r}; known: {', '.join(PHASE_NAMES)}"])
+            raise ReleaseInvalid(
+                [f"unknown phase {phase!r}; known: {', '.join(PHASE_NAMES)}"], "phase refused"
+            )
         current = (self.store.tenant_release(tenant_id, workflow) or {}).get("phase") or "shadow"
         i, j = PHASE_NAMES.index(current), PHASE_NAMES.index(phase)
         if j > i + 1:
             raise ReleaseInvalid(
-                [f"{tenant_id} is in {current}: the next phase is {PHASE_NAMES[i + 1]}"]
+                [f"{tenant_id} is in {current}: the next phase is {PHASE_NAMES[i + 1]}"],
+                "phase refused",
             )
         if j == i + 1:
             problems = gate_problems(phase, evidence)
             if problems:
-                raise ReleaseInvalid(problems)
+                raise ReleaseInvalid(problems, "phase refused")
         self.store.set_tenant_release(
             tenant_id,
             workflow,

@@ -110,8 +110,8 @@ def gate_report(
 
 def test_promote_needs_a_passed_full_eval_of_this_exact_manifest(svc: ReleaseService) -> None:
     svc.create(manifest("rel-a"), "alice")
-    with pytest.raises(ReleaseInvalid, match="no passing eval"):
-        svc.promote("rel-a", "alice", "go")
+    with pytest.raises(ReleaseInvalid, match=r"^promote refused: release rel-a has no passing"):
+        svc.promote("rel-a", "alice", "go")  # a refusal, not an invalid manifest
     # Recorded, but none of these unlocks promote: a subset of cases, too few runs, a failure.
     assert svc.record_eval(gate_report(manifest("rel-a"), cases=("c1",)), "ci") is False
     assert svc.record_eval(gate_report(manifest("rel-a"), runs=1), "ci") is False
@@ -192,7 +192,7 @@ def test_a_stale_rollout_change_is_refused(svc: ReleaseService) -> None:
 
 
 def test_phase_ladder_moves_one_gate_at_a_time_with_evidence(svc: ReleaseService) -> None:
-    with pytest.raises(ReleaseInvalid, match="next phase"):
+    with pytest.raises(ReleaseInvalid, match=r"^phase refused: .*next phase"):
         svc.set_phase("t-1", WF, "approved_refunds", {}, "ops")
     with pytest.raises(ReleaseInvalid, match="shadow_agreement"):
         svc.set_phase("t-1", WF, "read_only_assistant", {"golden_suite": "pass"}, "ops")
