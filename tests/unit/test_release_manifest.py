@@ -4,6 +4,8 @@ and hostile JSON refused as `ReleaseInvalid`, never anything else."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -104,3 +106,12 @@ def test_hostile_manifests_are_refused_as_release_invalid(
 def test_a_manifest_that_is_not_an_object_is_refused(data: Any) -> None:
     with pytest.raises(ReleaseInvalid):
         Manifest.parse(data)
+
+
+def test_the_readmes_starting_manifest_is_accepted_by_this_deployment() -> None:
+    """README's Evaluate and release shows a manifest to start from: it must pass both checks
+    `release create` makes (its shape, and every version it names shipped here)."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    [block] = re.findall(r"^```json\n(.*?)^```", text, re.S | re.M)
+    manifest = Manifest.parse(json.loads(block))
+    assert Catalog.current({}).check(manifest) == manifest
