@@ -262,11 +262,26 @@ def counts_for_promote(report: Mapping[str, Any], required_runs: int) -> bool:
     return bool(report["complete"]) and int(report["runs_per_case"]) >= required_runs
 
 
+def partial_evals(history: Iterable[Any], release_id: str) -> int:
+    """How many evals of `release_id` a workflow's release history holds (rows with `action`
+    and `release_id`); read when none full is recorded, so all of them were partial."""
+    return sum(h.action == "eval" and h.release_id == release_id for h in history)
+
+
 def promote_problems(
     manifest: Manifest, eval_status: str | None, eval_summary: Mapping[str, Any] | None,
-    required_runs: int,
+    required_runs: int, partial_evals: int = 0,
 ) -> list[str]:  # fmt: skip
-    """Why a release may not be promoted on its recorded eval (empty: it may)."""
+    """Why a release may not be promoted on its recorded eval (empty: it may). `partial_evals`:
+    how many subset evals its history holds, named when no full one is recorded, so the release
+    manager who ran one with --limit or too few --runs hears why it does not count."""
+    if eval_status is None and partial_evals:
+        return [
+            f"release {manifest.release_id} has no passing eval (not run in full: "
+            f"{partial_evals} partial eval(s) recorded; promote needs every case of the gate "
+            f"suites with {required_runs} run(s) each: agent-jobs release eval "
+            f"{manifest.release_id} without --limit)"
+        ]
     if eval_status != "passed" or not eval_summary:
         return [f"release {manifest.release_id} has no passing eval ({eval_status or 'not run'})"]
     out = []

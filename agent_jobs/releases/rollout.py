@@ -182,11 +182,16 @@ class ReleaseService:
         self, release_id: str, actor: str, reason: str, *, force: bool = False
     ) -> RolloutRow:
         """Make `release_id` the incumbent of its workflow: every new task gets it."""
-        from agent_jobs.evals.gate import promote_problems  # noqa: PLC0415
+        from agent_jobs.evals.gate import partial_evals, promote_problems  # noqa: PLC0415
 
         row = self.store.get_release(release_id)
         manifest = Manifest.parse_stored(row.manifest)
-        problems = promote_problems(manifest, row.eval_status, row.eval_summary, self.eval_runs)
+        partial = 0
+        if row.eval_status is None:  # none full: were there subset ones? (say so, not "not run")
+            partial = partial_evals(self.store.release_history(row.workflow), release_id)
+        problems = promote_problems(
+            manifest, row.eval_status, row.eval_summary, self.eval_runs, partial
+        )
         if problems and not force:
             raise ReleaseInvalid(problems, "promote refused")
         self.catalog.check(manifest)  # still deployable here

@@ -115,7 +115,8 @@ def test_promote_needs_a_passed_full_eval_of_this_exact_manifest(svc: ReleaseSer
     # Recorded, but none of these unlocks promote: a subset of cases, too few runs, a failure.
     assert svc.record_eval(gate_report(manifest("rel-a"), cases=("c1",)), "ci") is False
     assert svc.record_eval(gate_report(manifest("rel-a"), runs=1), "ci") is False
-    with pytest.raises(ReleaseInvalid, match="no passing eval"):
+    # Refused, and told why those two do not count (not "not run", which they were).
+    with pytest.raises(ReleaseInvalid, match=r"no passing eval \(not run in full: 2 partial"):
         svc.promote("rel-a", "alice", "go")
     assert svc.record_eval(gate_report(manifest("rel-a"), passed=False), "ci") is False
     with pytest.raises(ReleaseInvalid, match="no passing eval \\(failed\\)"):

@@ -140,6 +140,11 @@ def test_promote_is_refused_without_a_passed_full_eval_of_this_exact_manifest(en
     assert "no passing eval (not run)" in refused()
     runs = env.svc.eval_runs
     m = manifest("rel-a")
+    # A subset alone is named as such, in the refusal and in what GET shows.
+    env.svc.record_eval(gate_report(m, runs=runs, cases=("c1",)), "ci")
+    assert "no passing eval (not run in full: 1 partial eval(s) recorded" in refused()
+    shown = c.get("/v1/releases/rel-a", headers=h).json()
+    assert "not run in full" in shown["promote_problems"][0]
     env.svc.record_eval(gate_report(m, runs=runs, passed=False), "ci")
     assert "no passing eval (failed)" in refused()
     # A passed subset, and a passed full eval of another manifest under the same id.
