@@ -2,24 +2,14 @@
 
 `cost` prints the seed's cost model (`gateway.costmodel`); `cost --task ID` prices a real task's
 model calls, as the gateway recorded them in the task's `chat` events, with the same formula, so
-a run can be set against the plan.
+a run can be set against the plan (`cli.costs`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from decimal import Decimal
 from typing import Any
-
-from agent_jobs.gateway.contracts import CallRecord
-from agent_jobs.gateway.costmodel import (
-    REDUCED_CALLS,
-    cost_report_json,
-    price_usage,
-    render_cost_table,
-)
-from agent_jobs.obs.platform_time import platform_time, platform_time_text
 
 
 def cmd_sim_serve(args: argparse.Namespace) -> int:
@@ -30,74 +20,16 @@ def cmd_sim_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _task_calls(store: Any, task_id: str) -> tuple[Any, list[CallRecord], list[str]]:
-    from agent_jobs.workflows.refund.model import CHAT_EVENT, calls_from_events  # noqa: PLC0415
-
-    task = store.get(task_id)
-    chats = [e for e in store.events(task_id) if e.type == CHAT_EVENT]
-    return task, calls_from_events(chats), [str(e.data.get("step_type", "")) for e in chats]
-
-
-def task_cost_json(store: Any, task_id: str) -> dict[str, Any]:
-    """A task's billed model calls (from its `chat` events) priced with the seed's formula, and
-    the platform's own time in it (`platform_time`)."""
-    task, calls, steps = _task_calls(store, task_id)
-    return {
-        "platform": platform_time(store.events(task_id)),
-        "task_id": task.id,
-        "workflow": task.workflow,
-        "status": task.status.value,
-        "model_route": task.pinned.get("model_route"),
-        "steps": steps,
-        "recorded_cost_inr": str(sum((c.cost for c in calls), Decimal(0))),
-        **price_usage(calls).to_json(),
-    }
-
-
-def task_cost_text(store: Any, task_id: str) -> str:
-    """`task_cost_json` as a table, next to the seed's plan for the same design."""
-    task, calls, steps = _task_calls(store, task_id)
-    platform = platform_time(store.events(task_id))
-    if not calls:
-        return "\n".join(
-            [f"task {task.id} ({task.workflow}) recorded no model calls"]
-            + ([platform_time_text(platform)] if platform else [])
-        )
-    report = price_usage(calls)
-    lines = [
-        f"task {task.id} ({task.workflow}, {task.status.value}); route "
-        f"{task.pinned.get('model_route', '-')}; priced with the seed's toy model",
-        f"{'call':>4}  {'step':<16}{'model':<28}{'input':>7}  {'output':>6}  "
-        f"{'latency ms':>10}  {'cost INR':>9}",
-    ]
-    for row, call, step in zip(report.rows, calls, steps, strict=True):
-        lines.append(
-            f"{row.call:>4}  {step:<16}{call.model:<28}{row.input_tokens:>7,}  "
-            f"{row.output_tokens:>6,}  {row.latency_ms:>10,.0f}  {row.cost:>9.3f}"
-        )
-    lines.append(
-        f"{'sum':>4}  {'':<16}{'':<28}{report.input_tokens:>7,}  {report.output_tokens:>6,}  "
-        f"{report.latency_ms:>10,.0f}  {report.cost:>9.3f}"
-    )
-    recorded = sum((c.cost for c in calls), Decimal(0))
-    plan = price_usage(REDUCED_CALLS)
-    lines += [
-        f"gateway-recorded cost (the route's price table): INR {recorded:.3f}",
-        f"seed's plan for this design: {len(plan.rows)} calls, {plan.input_tokens:,} in / "
-        f"{plan.output_tokens:,} out tokens, {plan.latency_ms:,.0f} ms, INR {plan.cost:.3f}",
-    ]
-    if platform:
-        lines.append(platform_time_text(platform))
-    return "\n".join(lines)
-
-
 def cmd_cost(args: argparse.Namespace) -> int:
     if args.task is None:
+        from agent_jobs.gateway.costmodel import cost_report_json, render_cost_table  # noqa: PLC0415
+
         if args.json:
             print(json.dumps(cost_report_json(cap=args.cap), sort_keys=True, indent=2))
         else:
             print(render_cost_table(cap=args.cap), end="")
         return 0
+    from agent_jobs.cli.costs import task_cost_json, task_cost_text  # noqa: PLC0415
     from agent_jobs.queue.runtime import get_runtime  # noqa: PLC0415 - Celery loads lazily
 
     store = get_runtime().store

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent_jobs.core.errors import InvalidInput
-from agent_jobs.store.ops import IncidentFilter
 
 
 def _service() -> Any:
@@ -74,6 +73,8 @@ def cmd_incident_tasks(args: argparse.Namespace) -> int:
         return _release_tasks(args)
     if not args.since:
         raise InvalidInput("pass --since (a window) or --release (what a release escalated)")
+    from agent_jobs.store.ops import IncidentFilter  # noqa: PLC0415 - the store loads when used
+
     f = IncidentFilter(
         since=parse_time(args.since),
         until=parse_time(args.until) if args.until else datetime.now(UTC),

@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from agent_jobs.config import env_name, settings
-from agent_jobs.orchestrator.sweepers import KINDS
+from agent_jobs.orchestrator.sweep_kinds import KINDS
 
 
 def _redacted_url(url: str) -> str:

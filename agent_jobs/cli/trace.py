@@ -15,15 +15,8 @@ from typing import Any
 from agent_jobs.cli.reading import reading_store
 from agent_jobs.core.errors import InvalidInput
 from agent_jobs.core.identity import check_tenant_id
-from agent_jobs.obs.tracing import spans_from_events, trace_json, waterfall
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
-
-
-def task_trace(store: Any, task_id: str, tenant_id: str | None = None) -> dict[str, Any]:
-    """The trace JSON of one task (another tenant's task is `NotFound`)."""
-    task = store.get(task_id, tenant_id)
-    return trace_json(spans_from_events(task, store.events(task_id, tenant_id)))
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -34,6 +27,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
             check_tenant_id(args.tenant)
         except ValueError as exc:
             raise InvalidInput(f"--tenant: {exc}") from None
+    # The tracing module (and the store) load when a trace is read, not to build the parser.
+    from agent_jobs.obs.tracing import spans_from_events, trace_json, waterfall  # noqa: PLC0415
+
     with reading_store() as store:
         task = store.get(args.task_id, args.tenant)
         spans = spans_from_events(task, store.events(args.task_id, args.tenant))

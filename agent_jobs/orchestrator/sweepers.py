@@ -22,23 +22,12 @@ from agent_jobs.orchestrator.ports import (
     Publisher,
 )
 from agent_jobs.orchestrator.steps import lease_lost, worker_lost
+from agent_jobs.orchestrator.sweep_kinds import KINDS
 from agent_jobs.store import Dispatch, Store, TaskRow
 
 log = logging.getLogger(__name__)
 
 BROKER_LOST_MARK = "broker_lost_before"
-# Every sweeper, listed once: `agent-jobs sweep`, the Celery tasks (queue/tasks.py) and the beat
-# schedule (queue/celery_config.py) are derived from these two.
-KINDS = ("lease", "dispatch", "retry", "unknown", "approvals", "held", "retention", "archive")
-# Sweepers that need not run at every sweep interval: pruning old rows can wait minutes.
-MIN_PERIOD_S = {"retention": 300.0, "archive": 300.0}
-
-
-def periods(interval_s: float) -> dict[str, float]:
-    """How often beat runs each sweeper, given the sweep interval."""
-    return {kind: max(interval_s, MIN_PERIOD_S.get(kind, 0.0)) for kind in KINDS}
-
-
 MAX_BATCHES = 200  # one sweep call moves at most MAX_BATCHES * batch tasks, then yields
 
 

@@ -16,7 +16,7 @@ from kombu import Exchange, Queue  # type: ignore[attr-defined]
 
 from agent_jobs.config import Settings
 from agent_jobs.core.names import control_queue, submit_queue
-from agent_jobs.orchestrator.sweepers import periods as sweep_periods
+from agent_jobs.orchestrator.sweep_kinds import periods as sweep_periods
 from agent_jobs.queue.transport import transport_for
 from agent_jobs.releases.schedule import beat_entries as release_beat_entries
 

@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from agent_jobs.core.names import STEP_TASK
-from agent_jobs.orchestrator.sweepers import KINDS
+from agent_jobs.orchestrator.sweep_kinds import KINDS
 from agent_jobs.queue.app import app
 from agent_jobs.queue.carried_rows import is_claim_hint
 from agent_jobs.queue.runtime import get_runtime

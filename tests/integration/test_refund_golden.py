@@ -362,7 +362,7 @@ def test_an_overclaiming_draft_is_redrafted_once(
 
 
 def test_cost_of_a_task_from_the_gateways_accounting(store: Any, sim: SimServer) -> None:
-    from agent_jobs.cli.agent import task_cost_json, task_cost_text
+    from agent_jobs.cli.costs import task_cost_json, task_cost_text
 
     case = Case(store, sim, worlds.auth_hold_lookalike())
     case.submit("9101")

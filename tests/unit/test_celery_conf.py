@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from agent_jobs.config import Settings, from_environ
-from agent_jobs.orchestrator.sweepers import periods
+from agent_jobs.orchestrator.sweep_kinds import periods
 from agent_jobs.queue.celery_config import app_settings, celery_settings, override_settings
 
 ROOT = Path(__file__).resolve().parents[2]
