@@ -1,4 +1,4 @@
-"""Side by side with another checkout: `agent-jobs bench platform --baseline DIR`.
+"""Side by side with another checkout: `agent-jobs bench platform|peers --baseline DIR`.
 
 How a change is shown not to slow the platform down: the benchmark runs as a child process,
 alternately on the code in DIR (a git worktree of the commit to compare with:
@@ -91,7 +91,7 @@ def run_pairs(
             got = figures(run(roots[side], argv))
             runs.append({"pair": i + 1, "side": side, **got})
             if progress is not None:
-                shown = ", ".join(f"{k} {v:,.1f}" for k, v in got.items())
+                shown = ", ".join(f"{k} {_num(v)}" for k, v in got.items())
                 progress(f"pair {i + 1}/{pairs}: {side:<8} {shown}")
     return summarize(runs, baseline=str(baseline), current=str(roots["current"]))
 
@@ -102,7 +102,7 @@ def summarize(runs: list[dict[str, Any]], **meta: Any) -> dict[str, Any]:
     names = [k for k in runs[0] if k not in ("pair", "side")]
     by_side = {s: [r for r in runs if r["side"] == s] for s in SIDES}
     medians = {
-        s: {n: round(median([float(r[n]) for r in by_side[s]]), 2) for n in names} for s in SIDES
+        s: {n: round(median([float(r[n]) for r in by_side[s]]), 3) for n in names} for s in SIDES
     }
     headline = names[0]
     ratios = []
@@ -123,6 +123,11 @@ def summarize(runs: list[dict[str, Any]], **meta: Any) -> dict[str, Any]:
     }
 
 
+def _num(v: float) -> str:
+    """A figure as read: rates and milliseconds to a tenth, ratios (under 10) to a thousandth."""
+    return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.1f}"
+
+
 def render(r: dict[str, Any]) -> str:
     names = list(r["median"]["current"])
     lines = [
@@ -132,7 +137,7 @@ def render(r: dict[str, Any]) -> str:
         "  " + f"{'':<10}" + "".join(f"{n:>24}" for n in names),
     ]
     for side in SIDES:
-        cells = "".join(f"{r['median'][side][n]:>24,.1f}" for n in names)
+        cells = "".join(f"{_num(r['median'][side][n]):>24}" for n in names)
         lines.append(f"  {side:<10}{cells}")
     spread = r["pair_ratios"]
     lines.append(

@@ -34,6 +34,8 @@ def cmd_transitions(args: argparse.Namespace) -> int:
 def cmd_peers(args: argparse.Namespace) -> int:
     from agent_jobs.bench import peers  # noqa: PLC0415
 
+    if args.baseline is not None:
+        return _peers_side_by_side(args)
     result = peers.run(
         tasks=args.tasks,
         steps=args.steps,
@@ -44,6 +46,41 @@ def cmd_peers(args: argparse.Namespace) -> int:
         progress=not args.json,
     )
     return _print(result, args.json, peers.render)
+
+
+def peers_figures(r: dict[str, Any]) -> dict[str, float]:
+    """What a side-by-side `bench peers` compares: our steps/s (the headline), our CPU per
+    step and the ratios to the peers measured in the same run (they cancel the machine's drift
+    between runs, which the raw rate does not). DBOS's ratio only where DBOS ran."""
+    out = {
+        "steps_per_s": float(r["steps_per_s"]),
+        "cpu_ms_per_step": float(r["cpu_ms_per_step"]),
+        "ratio_celery": float(r["ratio_celery"]),
+    }
+    if r.get("ratio_dbos") is not None:
+        out["ratio_dbos"] = float(r["ratio_dbos"])
+    return out
+
+
+def _peers_side_by_side(args: argparse.Namespace, run: Any = None) -> int:
+    from agent_jobs.bench import baseline  # noqa: PLC0415
+    from agent_jobs.bench.common import progress  # noqa: PLC0415
+
+    argv = ["bench", "peers", "--json", "--tasks", str(args.tasks), "--steps", str(args.steps)]
+    argv += ["--workers", str(args.workers), "--rounds", str(args.rounds)]
+    argv += ["--handoff-steps", str(args.handoff_steps)]
+    argv += ["--no-dbos"] if args.no_dbos else []
+    for name in getattr(args, "wipe", None) or ():
+        argv += ["--wipe", name]
+    result = baseline.run_pairs(
+        argv,
+        baseline.code_root(args.baseline),
+        args.pairs,
+        peers_figures,
+        progress=lambda text: progress(not args.json, text),
+        run=run or baseline.run_child,
+    )
+    return _print(result, args.json, baseline.render)
 
 
 def cmd_fairness(args: argparse.Namespace) -> int:
@@ -276,6 +313,13 @@ def register(sub: Any) -> None:
     pe.add_argument("--rounds", type=int, default=4, help="rounds, rotating which side runs first")
     pe.add_argument("--handoff-steps", type=int, default=200, help="steps of the lone task")
     pe.add_argument("--no-dbos", action="store_true", help="skip DBOS (the `peers` extra)")
+    pe.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="side by side with the checkout in DIR (e.g. a git worktree of the commit before "
+        "a change): alternating runs of both, medians and each pair's ratio",
+    )
+    pe.add_argument("--pairs", type=int, default=3, help="with --baseline: pairs of runs")
     pe.add_argument("--json", action="store_true")
     pe.set_defaults(func=_guarded(cmd_peers))
 

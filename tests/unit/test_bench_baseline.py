@@ -81,3 +81,45 @@ def test_pairs_alternate_abba_and_the_ratios_are_current_over_baseline() -> None
     assert "pair ratios 1.0 to 1.1" in baseline.render(r)
     with pytest.raises(ConfigError):
         baseline.run_pairs([], Path("/before"), 0, dict, run=run)
+
+
+def test_bench_peers_side_by_side_passes_its_sizes_and_compares_the_ratios(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench peers --baseline DIR`: each child runs the same sizes as JSON; the comparison
+    carries our rate, CPU and both peer ratios (DBOS's only where it ran)."""
+    import json
+
+    from agent_jobs.cli import build_parser
+    from agent_jobs.cli.bench import _peers_side_by_side
+
+    root = fake_checkout(tmp_path / "before", "unused")
+    args = build_parser().parse_args(
+        ["bench", "peers", "--baseline", str(root), "--pairs", "2", "--tasks", "3",
+         "--steps", "7", "--rounds", "2", "--no-dbos", "--json"]
+    )  # fmt: skip
+    seen: list[tuple[Path, list[str]]] = []
+
+    def run(where: Path, argv: Sequence[str]) -> dict[str, Any]:
+        seen.append((where, list(argv)))
+        fast = where != root
+        return {
+            "steps_per_s": 1100.0 if fast else 1000.0,
+            "cpu_ms_per_step": 0.9,
+            "ratio_celery": 0.55 if fast else 0.5,
+            "ratio_dbos": None,
+        }
+
+    assert _peers_side_by_side(args, run=run) == 0
+    out = json.loads(capsys.readouterr().out)
+    here = baseline.current_root()
+    assert [w for w, _ in seen] == [root, here, here, root]  # ABBA
+    argv = seen[0][1]
+    assert argv[:3] == ["bench", "peers", "--json"] and "--no-dbos" in argv
+    assert argv[argv.index("--tasks") + 1] == "3" and argv[argv.index("--steps") + 1] == "7"
+    assert "--baseline" not in argv  # a child never recurses
+    assert out["headline"] == "steps_per_s" and out["ratio"] == 1.1
+    assert out["median"]["current"]["ratio_celery"] == 0.55
+    assert "ratio_dbos" not in out["median"]["current"]
+    text = baseline.render(out)
+    assert "0.550" in text and "1,100.0" in text
