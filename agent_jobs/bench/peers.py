@@ -33,7 +33,8 @@ from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.names import tenant_queue
 from agent_jobs.core.states import Status
 
-TARGET_RATIO_DBOS = 1.0
+# Issue 25: at least one and a half times DBOS, half the plain chain (stretch 0.8).
+TARGET_RATIO_DBOS = 1.5
 TARGET_RATIO_CELERY = 0.5
 
 
