@@ -13,6 +13,7 @@ from agent_jobs.core.errors import AgentJobsError
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
+EXIT_NO_DATABASE = 3  # as a worker or beat exits on a database it cannot use
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,6 +76,15 @@ def _debug_from_settings() -> bool:
         return False  # the bad value is reported by the command that reads the settings
 
 
+def _database_problem(exc: Exception) -> str | None:
+    from agent_jobs.cli.database_errors import database_problem  # noqa: PLC0415
+
+    try:
+        return database_problem(exc, load_settings().database_url)
+    except AgentJobsError:
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -91,6 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if debug:
             raise
+        problem = _database_problem(exc)
+        if problem is not None:
+            print(f"agent-jobs: error: {problem}", file=sys.stderr)
+            return EXIT_NO_DATABASE
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"agent-jobs: error: {type(exc).__name__}: {first}", file=sys.stderr)
         print("agent-jobs: (run with --debug for the traceback)", file=sys.stderr)
