@@ -10,6 +10,7 @@ from typing import Any
 
 import redis
 from celery import Celery, signals
+from kombu.exceptions import OperationalError as KombuOperationalError
 from kombu.utils.uuid import uuid
 
 from agent_jobs.core.names import (
@@ -27,6 +28,10 @@ from agent_jobs.queue.transport import StepChannel
 from agent_jobs.store import Dispatch
 
 log = logging.getLogger(__name__)
+
+
+# What a broker that does not answer raises (redis-py directly, kombu around it, the socket).
+_UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, KombuOperationalError, OSError)
 
 
 class CeleryPublisher:
@@ -95,13 +100,23 @@ class CeleryPublisher:
             elif dispatch.claim:
                 carried = dict(CLAIM_HINT)
             self._send_step(dispatch.task_id, queue, carried)
-        except Exception:
+        except Exception as exc:
             # A producer that failed may hold a dead connection: the next publish makes another.
             self._drop_producer()
             # The dispatch is recorded in the task row; the dispatch sweeper will repeat it.
-            log.exception(
-                "publishing a step for %s failed; the sweeper will retry", dispatch.task_id
-            )
+            if isinstance(exc, _UNREACHABLE):
+                # The broker away is an expected state, not a bug: one line that says why (a
+                # redis traceback says nothing more, and a CLI `submit` printed forty lines).
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                log.warning(
+                    "publishing a step for %s failed (%s); the sweeper will retry",
+                    dispatch.task_id,
+                    first,
+                )
+            else:
+                log.exception(
+                    "publishing a step for %s failed; the sweeper will retry", dispatch.task_id
+                )
 
     def _send_step(self, task_id: str, queue: str, carried: dict[str, Any] | None = None) -> None:
         channel = self._direct_channel()
