@@ -63,20 +63,31 @@ def peers_figures(r: dict[str, Any]) -> dict[str, float]:
 
 
 def _peers_side_by_side(args: argparse.Namespace, run: Any = None) -> int:
-    from agent_jobs.bench import baseline  # noqa: PLC0415
-    from agent_jobs.bench.common import progress  # noqa: PLC0415
-
     argv = ["bench", "peers", "--json", "--tasks", str(args.tasks), "--steps", str(args.steps)]
     argv += ["--workers", str(args.workers), "--rounds", str(args.rounds)]
     argv += ["--handoff-steps", str(args.handoff_steps)]
     argv += ["--no-dbos"] if args.no_dbos else []
+    return _side_by_side(args, argv, peers_figures, run)
+
+
+def _side_by_side(
+    args: argparse.Namespace,
+    argv: list[str],
+    figures: Any,
+    run: Any = None,
+) -> int:
+    """`argv` (a benchmark with `--json`) in alternating pairs on `--baseline` and this checkout;
+    `figures` picks what each run is compared by. `--wipe` is passed on to every child."""
+    from agent_jobs.bench import baseline  # noqa: PLC0415
+    from agent_jobs.bench.common import progress  # noqa: PLC0415
+
     for name in getattr(args, "wipe", None) or ():
-        argv += ["--wipe", name]
+        argv = [*argv, "--wipe", name]
     result = baseline.run_pairs(
         argv,
         baseline.code_root(args.baseline),
         args.pairs,
-        peers_figures,
+        figures,
         progress=lambda text: progress(not args.json, text),
         run=run or baseline.run_child,
     )
@@ -196,14 +207,9 @@ def cmd_platform(args: argparse.Namespace) -> int:
 
 
 def _platform_side_by_side(args: argparse.Namespace) -> int:
-    from agent_jobs.bench import baseline  # noqa: PLC0415
-    from agent_jobs.bench.common import progress  # noqa: PLC0415
-
     argv = ["bench", "platform", "--json", "--tasks", str(args.tasks)]
     argv += ["--workers", str(args.workers), "--warmup", str(args.warmup)]
     argv += ["--concurrent"] if args.concurrent else []
-    for name in getattr(args, "wipe", None) or ():
-        argv += ["--wipe", name]
 
     def figures(r: dict[str, Any]) -> dict[str, float]:
         return {
@@ -211,14 +217,7 @@ def _platform_side_by_side(args: argparse.Namespace) -> int:
             "worker_cpu_ms_per_task": float(r["worker_cpu_ms_per_task"]),
         }
 
-    result = baseline.run_pairs(
-        argv,
-        baseline.code_root(args.baseline),
-        args.pairs,
-        figures,
-        progress=lambda text: progress(not args.json, text),
-    )
-    return _print(result, args.json, baseline.render)
+    return _side_by_side(args, argv, figures)
 
 
 def cmd_recovery(args: argparse.Namespace) -> int:
@@ -268,6 +267,17 @@ def _register_guardrails(bsub: Any) -> None:
     g.set_defaults(func=cmd_guardrails)
 
 
+def _side_by_side_options(p: Any, *, pairs: int) -> None:
+    """`--baseline DIR --pairs N`, the same on every benchmark that compares two checkouts."""
+    p.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="side by side with the checkout in DIR (e.g. a git worktree of the commit before "
+        "a change): alternating runs of both, medians and each pair's ratio",
+    )
+    p.add_argument("--pairs", type=int, default=pairs, help="with --baseline: pairs of runs")
+
+
 def _guarded(command: Any) -> Any:
     """A benchmark starts worker processes in sessions of their own: on SIGTERM, unwind through
     the `finally` blocks that stop them instead of leaving them running."""
@@ -313,13 +323,7 @@ def register(sub: Any) -> None:
     pe.add_argument("--rounds", type=int, default=4, help="rounds, rotating which side runs first")
     pe.add_argument("--handoff-steps", type=int, default=200, help="steps of the lone task")
     pe.add_argument("--no-dbos", action="store_true", help="skip DBOS (the `peers` extra)")
-    pe.add_argument(
-        "--baseline",
-        metavar="DIR",
-        help="side by side with the checkout in DIR (e.g. a git worktree of the commit before "
-        "a change): alternating runs of both, medians and each pair's ratio",
-    )
-    pe.add_argument("--pairs", type=int, default=3, help="with --baseline: pairs of runs")
+    _side_by_side_options(pe, pairs=3)
     pe.add_argument("--json", action="store_true")
     pe.set_defaults(func=_guarded(cmd_peers))
 
@@ -430,13 +434,7 @@ def _register_platform(bsub: Any) -> None:
     pl.add_argument("--workers", type=int, default=2, help="worker processes")
     pl.add_argument("--concurrent", action="store_true", help="submit all at once")
     pl.add_argument("--warmup", type=int, default=1, help="unmeasured tasks run first")
-    pl.add_argument(
-        "--baseline",
-        metavar="DIR",
-        help="side by side with the checkout in DIR (e.g. a git worktree of the commit before "
-        "a change): alternating runs of both, medians and each pair's ratio",
-    )
-    pl.add_argument("--pairs", type=int, default=6, help="with --baseline: pairs of runs")
+    _side_by_side_options(pl, pairs=6)
     pl.add_argument("--json", action="store_true")
     pl.set_defaults(func=_guarded(cmd_platform))
 

@@ -96,7 +96,7 @@ def test_bench_peers_side_by_side_passes_its_sizes_and_compares_the_ratios(
     root = fake_checkout(tmp_path / "before", "unused")
     args = build_parser().parse_args(
         ["bench", "peers", "--baseline", str(root), "--pairs", "2", "--tasks", "3",
-         "--steps", "7", "--rounds", "2", "--no-dbos", "--json"]
+         "--steps", "7", "--rounds", "2", "--no-dbos", "--json", "--wipe", "aj_bench_x"]
     )  # fmt: skip
     seen: list[tuple[Path, list[str]]] = []
 
@@ -118,6 +118,7 @@ def test_bench_peers_side_by_side_passes_its_sizes_and_compares_the_ratios(
     assert argv[:3] == ["bench", "peers", "--json"] and "--no-dbos" in argv
     assert argv[argv.index("--tasks") + 1] == "3" and argv[argv.index("--steps") + 1] == "7"
     assert "--baseline" not in argv  # a child never recurses
+    assert argv[-2:] == ["--wipe", "aj_bench_x"]  # each child may empty what the caller allowed
     assert out["headline"] == "steps_per_s" and out["ratio"] == 1.1
     assert out["median"]["current"]["ratio_celery"] == 0.55
     assert "ratio_dbos" not in out["median"]["current"]
