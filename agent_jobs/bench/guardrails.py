@@ -119,6 +119,10 @@ def run(  # noqa: PLR0915 - one scenario, start to end
         DEGRADED.set()
         degraded_at = _utc(store.db_now())
         breach_at: datetime | None = None
+        # The last look that found no breach, taken before that look's query: the breach came
+        # after it. Beat can see the breach and revert between two of this loop's looks (its
+        # check and ours race); then this bounds the breach from below.
+        clear_at = degraded_at
         g = Guardrails()
         i = healthy
         while time.monotonic() < deadline:
@@ -126,12 +130,15 @@ def run(  # noqa: PLR0915 - one scenario, start to end
             if ro is None or ro.mode != "canary":
                 break
             if breach_at is None:
+                looked_at = _utc(store.db_now())
                 stats = svc.stats(WORKFLOW, g.window_s)
                 empty = WindowStats(0, 0.0, 0.0, 0.0, 0.0)
                 cand, inc = stats.get(CANARY, empty), stats.get(INCUMBENT, empty)
                 if g.breaches(cand, inc):
                     breach_at = _utc(store.db_now())
                     say("the guardrails would breach now; waiting for beat")
+                else:
+                    clear_at = looked_at
             submit(inside[i % len(inside)])
             submit(outside[i % len(outside)])
             i += 1
@@ -140,6 +147,9 @@ def run(  # noqa: PLR0915 - one scenario, start to end
         exposure = svc.escalated_tasks(CANARY)
         revert = reverts[0] if reverts else None
         revert_at = _utc(revert.at) if revert else None
+        seen = breach_at is not None
+        if breach_at is None and revert_at is not None:
+            breach_at = clear_at  # beat was first: the figure below is an upper bound
         return {
             "interval_s": interval_s,
             "reverted": revert is not None,
@@ -147,6 +157,9 @@ def run(  # noqa: PLR0915 - one scenario, start to end
             "revert_reason": revert.reason if revert else None,
             "degraded_at": degraded_at.isoformat(),
             "breach_at": breach_at.isoformat() if breach_at else None,
+            # False: beat reverted before this loop saw the breach; breach_at is then the last
+            # look without one, and breach_to_revert_s an upper bound.
+            "breach_seen_by_bench": seen,
             "reverted_at": revert_at.isoformat() if revert_at else None,
             "breach_to_revert_s": (
                 round((revert_at - breach_at).total_seconds(), 2)
@@ -169,7 +182,8 @@ def render(r: Json) -> str:
     return "\n".join(
         [
             f"guardrails on beat every {r['interval_s']:g} s: canary {r['canary']} reverted by "
-            f"{r['revert_actor']} {r['breach_to_revert_s']} s after the breach "
+            f"{r['revert_actor']} {'' if r['breach_seen_by_bench'] else 'at most '}"
+            f"{r['breach_to_revert_s']} s after the breach "
             f"({r['degrade_to_revert_s']} s after its model degraded)",
             f"reason: {r['revert_reason']}",
             f"exposure: {r['escalated_on_canary']} task(s) escalated on the canary "
