@@ -364,16 +364,12 @@ def _summary(row: ReleaseRow, rollout: RolloutRow | None, history: list[HistoryR
 
 def detail(svc: ReleaseService, release_id: str, tenant_id: str) -> ReleaseDetail:
     """What `GET /v1/releases/{id}` answers (404: `RecordNotFound` from the store)."""
-    from agent_jobs.evals.gate import partial_evals, promote_problems  # noqa: PLC0415
-
     row = svc.store.get_release(release_id)
     rollout, history = _Workflows(svc.store).get(row.workflow)
     summary = _summary(row, rollout, history)
     m = _manifest(row)
     problems = (
-        promote_problems(
-            m, row.eval_status, row.eval_summary, svc.eval_runs, partial_evals(history, release_id)
-        )
+        svc.promote_problems(row, m, history)
         if m is not None
         else ["the stored manifest no longer parses"]
     )

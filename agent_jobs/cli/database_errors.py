@@ -32,7 +32,7 @@ def database_problem(exc: BaseException, database_url: str) -> str | None:
     code = getattr(orig, "pgcode", None)
     text = str(orig).lower()
     if code in _MISSING_PG or any(s in text for s in _MISSING_SQLITE):
-        return f"{where}: {_schema_line(database_url)}"
+        return _schema_line(database_url, where)
     if not isinstance(exc, OperationalError) or code is not None or exc.connection_invalidated:
         return None  # a failed statement, or a connection lost mid-command: not "unreachable"
     if database_url.startswith("sqlite") and "unable to open" not in text:
@@ -40,16 +40,19 @@ def database_problem(exc: BaseException, database_url: str) -> str | None:
     return f"cannot reach the database at {where} ({database_error_line(exc)})"
 
 
-def _schema_line(database_url: str) -> str:
-    """Where the schema is, as `db current` would say it; a plain hint if even that fails."""
+def _schema_line(database_url: str, where: str) -> str:
+    """Where the schema is (the line a worker prints at start); a plain hint if even that fails."""
     from agent_jobs.store.engine import make_engine  # noqa: PLC0415
-    from agent_jobs.store.migrate import schema_lag  # noqa: PLC0415
+    from agent_jobs.store.migrate import schema_problem  # noqa: PLC0415
 
-    fallback = "the database schema is missing or older than this code: run `agent-jobs db upgrade`"
+    fallback = (
+        f"{where}: the database schema is missing or older than this code: "
+        "run `agent-jobs db upgrade`"
+    )
     try:
         engine = make_engine(database_url)
         try:
-            return schema_lag(engine) or fallback
+            return schema_problem(engine, where) or fallback
         finally:
             engine.dispose()
     except Exception:  # the hint must not hide the error it explains

@@ -199,28 +199,6 @@ def exit_without_tool_secret(**_: Any) -> None:
         raise SystemExit(EXIT_CONFIG) from None
 
 
-def schema_problem(store: Store) -> str | None:
-    """Why this database cannot serve a worker or beat yet (None: it can): not migrated, at
-    another revision, or unreachable. Every step and sweep would otherwise fail with a traceback."""
-    from sqlalchemy.exc import SQLAlchemyError  # noqa: PLC0415
-
-    where = store.engine.url.render_as_string(hide_password=True)
-    # Alembic logs its plugins (on import) and its context at INFO: noise at every start.
-    alembic_log = logging.getLogger("alembic")
-    level = alembic_log.level
-    alembic_log.setLevel(logging.WARNING)
-    try:
-        from agent_jobs.store.migrate import schema_lag  # noqa: PLC0415
-
-        lag = schema_lag(store.engine)
-    except SQLAlchemyError as exc:
-        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        return f"cannot reach the database at {where} ({first[0] if first else type(exc).__name__})"
-    finally:
-        alembic_log.setLevel(level)
-    return None if lag is None else f"{where}: {lag}"
-
-
 def exit_unless_migrated(sender: Any = None, **_: Any) -> None:
     """At worker and beat start (Celery's `worker_init` / `beat_init`): one line and exit status
     3 if the database or the broker does not answer, or the schema is not there, instead of a
@@ -231,7 +209,9 @@ def exit_unless_migrated(sender: Any = None, **_: Any) -> None:
 
     role = "beat" if type(sender).__module__.startswith("celery.beat") else "worker"
     exit_if_unreachable(f"agent-jobs {role}", settings())
-    problem = schema_problem(get_runtime().store)
+    from agent_jobs.store.migrate import schema_problem  # noqa: PLC0415
+
+    problem = schema_problem(get_runtime().store.engine)
     if problem is not None:
         # The real stderr: beat has redirected sys.stderr into its logger by now.
         print(f"agent-jobs: {problem}", file=sys.__stderr__ or sys.stderr, flush=True)

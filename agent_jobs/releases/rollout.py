@@ -14,7 +14,13 @@ from decimal import Decimal
 from typing import Any
 
 from agent_jobs.releases.manifest import Catalog, Manifest, ReleaseInvalid
-from agent_jobs.store.releases import ReleaseConflict, ReleaseRow, RolloutRow, tenant_bucket
+from agent_jobs.store.releases import (
+    HistoryRow,
+    ReleaseConflict,
+    ReleaseRow,
+    RolloutRow,
+    tenant_bucket,
+)
 
 __all__ = ["PHASES", "Guardrails", "ReleaseService", "WindowStats", "tenant_bucket"]
 
@@ -178,20 +184,29 @@ class ReleaseService:
     def _rollout(self, workflow: str) -> RolloutRow | None:
         return self.store.rollout(workflow)  # type: ignore[no-any-return]
 
+    def promote_problems(
+        self, row: ReleaseRow, manifest: Manifest, history: list[HistoryRow] | None = None
+    ) -> list[str]:
+        """Why `promote` would refuse this release now (`evals.gate.promote_problems`), naming
+        the subset evals in its workflow's `history` (read when not given) when none is full."""
+        from agent_jobs.evals.gate import partial_evals, promote_problems  # noqa: PLC0415
+
+        partial = 0
+        if row.eval_status is None:  # none full: were there subset ones? (say so, not "not run")
+            if history is None:
+                history = self.store.release_history(row.workflow)
+            partial = partial_evals(history, row.release_id)
+        return promote_problems(
+            manifest, row.eval_status, row.eval_summary, self.eval_runs, partial
+        )
+
     def promote(
         self, release_id: str, actor: str, reason: str, *, force: bool = False
     ) -> RolloutRow:
         """Make `release_id` the incumbent of its workflow: every new task gets it."""
-        from agent_jobs.evals.gate import partial_evals, promote_problems  # noqa: PLC0415
-
         row = self.store.get_release(release_id)
         manifest = Manifest.parse_stored(row.manifest)
-        partial = 0
-        if row.eval_status is None:  # none full: were there subset ones? (say so, not "not run")
-            partial = partial_evals(self.store.release_history(row.workflow), release_id)
-        problems = promote_problems(
-            manifest, row.eval_status, row.eval_summary, self.eval_runs, partial
-        )
+        problems = self.promote_problems(row, manifest)
         if problems and not force:
             raise ReleaseInvalid(problems, "promote refused")
         self.catalog.check(manifest)  # still deployable here

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from alembic import command
@@ -9,6 +10,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from agent_jobs.core.errors import ConfigError
 
@@ -66,3 +68,24 @@ def schema_lag(engine: Engine, heads: frozenset[str] | None = None) -> str | Non
     at = ", ".join(sorted(current)) or "no revision (never migrated)"
     head = ", ".join(sorted(wanted))
     return f"the database schema is at {at}, not at head {head}: run `agent-jobs db upgrade`"
+
+
+def schema_problem(engine: Engine, where: str | None = None) -> str | None:
+    """Why this database cannot serve this code yet (None: it can): not migrated, at another
+    revision, or unreachable; one line naming it (password hidden). A worker and beat print it
+    at start, a CLI command when a statement met a missing table: every step, sweep or command
+    would otherwise fail with a driver traceback. `where`: the database as the line names it
+    (default: the engine's URL, password hidden)."""
+    where = where or engine.url.render_as_string(hide_password=True)
+    # Alembic logs its plugins (on import) and its context at INFO: noise at every start.
+    alembic_log = logging.getLogger("alembic")
+    level = alembic_log.level
+    alembic_log.setLevel(logging.WARNING)
+    try:
+        lag = schema_lag(engine)
+    except SQLAlchemyError as exc:
+        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        return f"cannot reach the database at {where} ({first[0] if first else type(exc).__name__})"
+    finally:
+        alembic_log.setLevel(level)
+    return None if lag is None else f"{where}: {lag}"
