@@ -79,7 +79,7 @@ def _note(state: dict[str, Any], text: str) -> None:
 
 _TOLD = {
     "policy_denied": "Policy denied {tool}: {reason}",
-    "approval_denied": "A person denied the proposed {tool}.",
+    "approval_denied": "A person denied {proposed}.",
     "approval_expired": "Nobody approved {tool} in time.",
     "approval_invalid": "The approval of {tool} is no longer valid: {reason}",
     "approval_expired_before_retry": "The approval of {tool} expired before it could be retried.",
@@ -97,8 +97,11 @@ def _absorb(inp: wf.StepInput, state: dict[str, Any]) -> None:
     if state.get("resumed_seen") == seen:
         return
     state["resumed_seen"] = seen
-    tool = str(r.detail.get("tool") or "the effect")
-    _note(state, _TOLD[r.kind].format(tool=tool, reason=r.reason, code=r.code))
+    # An approval's note names no tool: the effect is the one this task last proposed.
+    named = r.detail.get("tool") or state.get("proposed")
+    tool = str(named or "the effect")
+    proposed = f"the proposed {named}" if named else "the proposed effect"
+    _note(state, _TOLD[r.kind].format(tool=tool, proposed=proposed, reason=r.reason, code=r.code))
     if r.kind == "redraft":
         state["draft"] = None
 
@@ -230,6 +233,7 @@ def _act(
         _note(state, f"{d.name} arguments cannot make its key: {exc}")
         return wf.Observe(state, note="effect key refused")
     action = Action(tool=d.name, tool_version=d.version, args=args, idempotency_key=key)
+    state["proposed"] = d.name
     return wf.Act(action, state)
 
 
