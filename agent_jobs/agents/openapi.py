@@ -3,7 +3,8 @@
     orders = openapi_tools(
         spec,  # the OpenAPI 3 document, as a dict (json.load / yaml.safe_load it)
         prefix="orders",
-        base_url_setting="ORDERS_URL",  # the environment variable with the base URL
+        base_url_setting="ORDERS_URL",  # the environment variable with the base URL, read at
+        base_url=None,                  # each call; `base_url`: its default when unset
         operations={
             "getOrder": read(),
             "cancelOrder": effect(key="cancel:{tenant_id}:{order_id}", lookup="getCancellation"),
@@ -24,6 +25,7 @@ an operation taking the key in `lookup_arg` and answering the effect (200) or 40
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -98,7 +100,11 @@ def openapi_tools(
     missing = sorted(set(operations) - set(found))
     if missing:
         raise ConfigError(f"openapi {prefix}: no operation {missing[0]!r} in the document")
-    systems = config or SystemsConfig(defaults={base_url_setting: base_url} if base_url else {})
+    # The setting is an environment variable of the worker, read at each call (a moved service
+    # is followed without a restart); `base_url` is its default when unset.
+    systems = config or SystemsConfig(
+        defaults={base_url_setting: base_url} if base_url else {}, environ=os.environ
+    )
     out: list[ToolDescriptor] = []
     effects: list[Effect] = []
     for op_id, decl in operations.items():
