@@ -230,6 +230,13 @@ class Settings(BaseModel):
         gt=0,
         le=3600,
     )
+    canary_stuck_after_s: float = _setting(
+        900.0,
+        "a release's task not finished that has not moved for this long (parked, or its "
+        "lease lapsing) counts as a failure in the guardrails' escalation rate; a task waiting "
+        "for a person's approval is never stuck",
+        gt=0,
+    )
     tool_secret: str | None = Field(
         None,
         description="HMAC secret for per-call tool credentials; a worker refuses to start "

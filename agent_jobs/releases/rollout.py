@@ -9,7 +9,7 @@ finish under their own route and prompt, while policy is evaluated at decision t
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -61,6 +61,9 @@ class WindowStats:
     denied_proposal_rate: float
     verified_success_rate: float
     cost_per_task: float
+    # Of `tasks`, those not finished that have not moved for `Guardrails.stuck_after_s`: counted
+    # in `escalation_rate` as failures, or a canary whose tasks park forever would look clean.
+    stuck: int = 0
 
 
 @dataclass(frozen=True)
@@ -73,14 +76,18 @@ class Guardrails:
     max_denied_increase: float = 0.10
     max_success_drop: float = 0.10
     max_cost_ratio: float = 1.25
+    # Seconds without a transition after which a task not finished is stuck (a failure); None:
+    # `AGENT_JOBS_CANARY_STUCK_AFTER_S`.
+    stuck_after_s: float | None = None
 
     def breaches(self, candidate: WindowStats, incumbent: WindowStats) -> list[str]:
         if candidate.tasks < self.min_tasks:
             return []
         out = []
         if candidate.escalation_rate - incumbent.escalation_rate > self.max_escalation_increase:
+            stuck = f" ({candidate.stuck} stuck)" if candidate.stuck else ""
             out.append(
-                f"escalation rate {candidate.escalation_rate:.2f} "
+                f"escalation rate {candidate.escalation_rate:.2f}{stuck} "
                 f"vs {incumbent.escalation_rate:.2f}"
             )
         if (
@@ -109,14 +116,35 @@ class Guardrails:
 
 
 _FINISHED = {"COMPLETED", "ESCALATED", "FAILED", "CANCELLED"}
+# Waiting for a person, not for the release: its approval's expiry moves it, and a slow
+# approver says nothing about the candidate.
+_NEVER_STUCK = {"APPROVAL_WAIT"}
 
 
-def window_stats(tasks: list[Any]) -> WindowStats:
+def is_stuck(task: Any, now: datetime, stuck_after_s: float) -> bool:
+    """Not finished, not waiting for a person, and no transition for `stuck_after_s`: parked
+    past the bound (a timer that keeps re-parking it, a hold that never lifts, an unknown outcome
+    never resolved) or a lease that keeps lapsing."""
+    if task.status in _FINISHED or task.status in _NEVER_STUCK:
+        return False
+    return bool((now - task.updated_at).total_seconds() >= stuck_after_s)
+
+
+def window_stats(
+    tasks: list[Any], now: datetime | None = None, stuck_after_s: float | None = None
+) -> WindowStats:
+    """The figures of finished tasks and stuck ones (when `now` and `stuck_after_s` are given);
+    a stuck task counts as an escalation, not as a success nor a cost."""
+    stuck = (
+        []
+        if now is None or stuck_after_s is None
+        else [t for t in tasks if is_stuck(t, now, stuck_after_s)]
+    )
     done = [t for t in tasks if t.status in _FINISHED]
-    n = len(done)
+    n = len(done) + len(stuck)
     if n == 0:
         return WindowStats(0, 0.0, 0.0, 0.0, 0.0)
-    escalated = sum(t.status in ("ESCALATED", "FAILED") for t in done)
+    escalated = sum(t.status in ("ESCALATED", "FAILED") for t in done) + len(stuck)
     denied = sum(
         any(
             e.get("kind") == "gate" and e.get("decision") == "deny"
@@ -133,7 +161,7 @@ def window_stats(tasks: list[Any]) -> WindowStats:
         Decimal(str(((t.state.get("model") or {}).get("usage") or {}).get("cost") or 0))
         for t in done
     )
-    return WindowStats(n, escalated / n, denied / n, verified / n, float(cost) / n)
+    return WindowStats(n, escalated / n, denied / n, verified / n, float(cost) / n, len(stuck))
 
 
 class ReleaseService:
@@ -275,12 +303,25 @@ class ReleaseService:
             data={"traffic_percent": percent},
         )
 
-    def stats(self, workflow: str, window_s: float) -> dict[str | None, WindowStats]:
-        since = self.store.db_now() - timedelta(seconds=window_s)
+    def stats(
+        self, workflow: str, window_s: float, stuck_after_s: float | None = None
+    ) -> dict[str | None, WindowStats]:
+        """Each release's figures over the tasks created in the last `window_s` (by the
+        database's clock), counting those not moved for `stuck_after_s` as stuck."""
+        now = self.store.db_now()
+        since = now - timedelta(seconds=window_s)
         by_release: dict[str | None, list[Any]] = {}
         for t in self.store.tasks_since(workflow, since):
             by_release.setdefault(t.release, []).append(t)
-        return {rid: window_stats(ts) for rid, ts in by_release.items()}
+        return {rid: window_stats(ts, now, stuck_after_s) for rid, ts in by_release.items()}
+
+    @staticmethod
+    def stuck_after_s(g: Guardrails) -> float:
+        if g.stuck_after_s is not None:
+            return g.stuck_after_s
+        from agent_jobs.config import load_settings  # noqa: PLC0415
+
+        return float(load_settings().canary_stuck_after_s)
 
     def check_guardrails(
         self, workflow: str, guardrails: Guardrails | None = None, actor: str = "guardrails"
@@ -291,7 +332,7 @@ class ReleaseService:
         cur = self._rollout(workflow)
         if cur is None or cur.mode != "canary" or cur.candidate is None:
             return {"canary": None, "reverted": False, "breaches": []}
-        stats = self.stats(workflow, g.window_s)
+        stats = self.stats(workflow, g.window_s, self.stuck_after_s(g))
         empty = WindowStats(0, 0.0, 0.0, 0.0, 0.0)
         cand, inc = stats.get(cur.candidate, empty), stats.get(cur.incumbent, empty)
         breaches = g.breaches(cand, inc)

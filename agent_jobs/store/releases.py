@@ -108,6 +108,8 @@ class PinnedTask:
     state: dict[str, Any]
     outcome: dict[str, Any] | None
     created_at: datetime
+    # Its last transition: how long a task not finished has not moved (guardrails' "stuck").
+    updated_at: datetime
 
 
 def _release(r: Any) -> ReleaseRow:
@@ -371,6 +373,7 @@ class ReleaseStore(StoreBase):
                 tasks.c.state,
                 tasks.c.outcome,
                 tasks.c.created_at,
+                tasks.c.updated_at,
             )
             .where((tasks.c.workflow == workflow) & (tasks.c.created_at >= since))
             .order_by(tasks.c.created_at.desc())
@@ -387,6 +390,7 @@ class ReleaseStore(StoreBase):
                 dict(r.state or {}),
                 dict(r.outcome) if r.outcome is not None else None,
                 r.created_at,
+                r.updated_at,
             )
             for r in rows
         ]
@@ -415,6 +419,7 @@ class ReleaseStore(StoreBase):
                 tasks.c.state,
                 tasks.c.outcome,
                 tasks.c.created_at,
+                tasks.c.updated_at,
             )
             .where((release == release_id) & tasks.c.status.in_(statuses))
             .order_by(tasks.c.created_at, tasks.c.id)
@@ -431,6 +436,7 @@ class ReleaseStore(StoreBase):
                 dict(r.state or {}),
                 dict(r.outcome) if r.outcome is not None else None,
                 r.created_at,
+                r.updated_at,
             )
             for r in rows
         ]
