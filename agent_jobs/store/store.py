@@ -218,7 +218,7 @@ class Store(
         `returning` the new row is not sent back (`CommitResult.task` is None): most steps need
         only the dispatch. A kept lease (`Patch.keep_lease`) needs the row."""
         assert returning or not patch.keep_lease, "a kept lease needs the new row back"
-        with self.backend.write_conn(self.engine, conn, patch, returning=returning) as c:
+        with self.backend.write_conn(self.engine, conn, guard, patch, returning=returning) as c:
             task, dispatch = transition.apply(
                 self.backend, c, guard, patch, actor=actor, events=events,
                 lease_ttl_s=lease_ttl_s, returning=returning,

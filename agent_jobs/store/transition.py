@@ -25,7 +25,7 @@ from agent_jobs.store.rows import Dispatch, PendingEvent, RowLike, TaskRow, task
 from agent_jobs.store.schema import dead_letters, effects
 from agent_jobs.store.types import db_now
 
-# What rides with an effect's intent (`PostgresBackend.rides`): its CTEs' rows are counted
+# What rides with an effect's intent (`postgres.rides`): its CTEs' rows are counted
 # beside the row, and `_check_intent` raises on what did not land.
 _INTENT_RIDES = frozenset({"intent", "intent_used"})
 

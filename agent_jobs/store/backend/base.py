@@ -79,10 +79,18 @@ class Backend(ABC):
 
     @abstractmethod
     def write_conn(
-        self, engine: Engine, conn: Connection | None, patch: Patch, *, returning: bool
+        self,
+        engine: Engine,
+        conn: Connection | None,
+        guard: Guard,
+        patch: Patch,
+        *,
+        returning: bool,
     ) -> AbstractContextManager[Connection]:
-        """Where a transition of `patch` runs: `conn` (the step's, from `autocommit`), a fresh
-        autocommit connection, or a transaction of its own, as its statements need."""
+        """Where a transition of `patch` under `guard` runs: `conn` (the step's, from
+        `autocommit`), a fresh autocommit connection, or a transaction of its own, as the
+        statements `cas` picks for the same guard and patch need: whatever is more than one
+        statement runs in one transaction (invariant 1)."""
 
     @abstractmethod
     def lifted_timeouts(self, conn: Connection) -> AbstractContextManager[Connection]:

@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, Select, Table, create_engine, text
@@ -25,6 +26,7 @@ from agent_jobs.store.backend import postgres_sql as sql
 from agent_jobs.store.backend import prepared
 from agent_jobs.store.backend import statements as core
 from agent_jobs.store.backend.base import Backend, CasWrite, Decision, NewTask
+from agent_jobs.store.backend.prepared import Prepared
 from agent_jobs.store.engine import install_rules, normalize_pg_url
 from agent_jobs.store.guard import Guard
 from agent_jobs.store.rows import PendingEvent, RowLike, TaskRow
@@ -32,7 +34,7 @@ from agent_jobs.store.rows import PendingEvent, RowLike, TaskRow
 if TYPE_CHECKING:
     from agent_jobs.config import Settings
 
-# What rides in the compare-and-set's own statement (`PostgresBackend.rides`): the intent's
+# What rides in the compare-and-set's own statement (`rides`): the intent's
 # forms run in a transaction, which the caller's checks (`transition.check_intent`) roll back.
 INTENT_RIDES = frozenset({"intent", "intent_used"})
 
@@ -88,18 +90,18 @@ class PostgresBackend(Backend):
 
     @contextmanager
     def write_conn(
-        self, engine: Engine, conn: Connection | None, patch: Patch, *, returning: bool
+        self,
+        engine: Engine,
+        conn: Connection | None,
+        guard: Guard,
+        patch: Patch,
+        *,
+        returning: bool,
     ) -> Iterator[Connection]:
-        """A transition that is one statement (the row, its events, and what `rides`) is
-        atomic by itself: on the step's autocommit connection, or a fresh one. Anything more
-        gets a transaction of its own."""
-        plain = (
-            patch.effect is None
-            and patch.approval_request is None
-            and patch.approval_use is None
-            and patch.dead_letter is None
-        )
-        if plain or (not returning and self.rides(patch, returning=False) is not None):
+        """A transition that `cas_form` writes in one statement (the row, its events, and what
+        rides) is atomic by itself: on the step's autocommit connection, or a fresh one.
+        Anything more gets a transaction of its own."""
+        if cas_form(guard, patch, returning=returning).whole:
             if conn is not None:
                 yield conn
             else:
@@ -165,48 +167,19 @@ class PostgresBackend(Backend):
 
     # -- the guarded write -----------------------------------------------------------------------
 
-    @staticmethod
-    def rides(patch: Patch, *, returning: bool) -> str | None:
-        """Which records the compare-and-set writes in its own statement (a key of
-        `postgres_sql.CAS_RIDING`), if any. Without a row back (autocommit) it carries the
-        patch's one record when it writes exactly one: `"effect"` (an effect's outcome; not an
-        intent, which may reuse its row) or `"approval"` (an approval asked for). With the row
-        back (in a transaction, which `check_intent` can roll back) it carries an effect's
-        intent, `"intent"`, with the approval it uses, `"intent_used"`."""
-        eff, req, use = patch.effect, patch.approval_request, patch.approval_use
-        if patch.dead_letter is not None:
-            return None
-        if returning:
-            if eff is None or eff.status != "intent" or req is not None:
-                return None
-            if use is None:
-                return "intent"
-            return "intent_used" if use.status == "used" else None
-        if use is not None:
-            return None
-        if req is None and eff is not None:
-            return "effect" if eff.status != "intent" else None
-        if req is not None and eff is None:
-            return "approval"
-        return None
-
     def cas(
         self, conn: Connection, guard: Guard, patch: Patch, w: CasWrite
     ) -> tuple[RowLike | None, str | None]:
         task = guard.task
-        ride = self.rides(patch, returning=w.returning)
+        form = cas_form(guard, patch, returning=w.returning)
         extra: dict[str, Any] = {}
-        pinned = guard.seq is not None or guard.unheld
-        if ride is not None and not pinned:
-            chosen, extra = sql.CAS_RIDING[ride], _riding(task, patch, ride)
-        elif pinned:
-            ride = None  # the records go in statements of their own, in this transaction
-            chosen, extra = sql.CAS_PINNED, {"seq": guard.seq, "unheld": guard.unheld}
-        else:
-            chosen = sql.CAS if w.returning else sql.CAS_LEAN
+        if form.ride is not None:
+            extra = _riding(task, patch, form.ride)
+        elif form.statement is sql.CAS_PINNED:
+            extra = {"seq": guard.seq, "unheld": guard.unheld}
         row = prepared.execute(
             conn,
-            chosen,
+            form.statement,
             {
                 "to_status": patch.to.value,
                 "wake": patch.wake_in_s,
@@ -230,7 +203,7 @@ class PostgresBackend(Backend):
                 **extra,
             },
         ).first()
-        return row, ride
+        return row, form.ride
 
     def insert_intent(self, conn: Connection, task_id: str, action: Action) -> bool:
         values = _effect_intent_values(task_id, action)
@@ -304,6 +277,67 @@ class PostgresBackend(Backend):
     def seed_history(self, conn: Connection, values: dict[str, Any]) -> None:
         conn.execute(text(seed.HISTORY_TASKS), values)
         conn.execute(text(seed.HISTORY_EVENTS), values)
+
+
+@dataclass(frozen=True)
+class CasForm:
+    """How one transition is written: the compare-and-set's statement, which of the patch's
+    records ride in it (a key of `postgres_sql.CAS_RIDING`, or None: the caller writes them in
+    statements of their own, `transition.apply`), and whether that one statement is the whole
+    transition (`whole`: it may run on an autocommit connection) or needs a transaction."""
+
+    statement: Prepared
+    ride: str | None
+    whole: bool
+
+
+def cas_form(guard: Guard, patch: Patch, *, returning: bool) -> CasForm:
+    """The one choice of a transition's statement and of the transaction it runs in, made
+    here for both (`write_conn` and `cas` ask the same question and get the same answer): a
+    transition is one statement only when that statement writes every record the patch moves.
+
+    A guard that pins more than version, epoch and owner (a carried row: `Guard.seq`,
+    `Guard.unheld`) is written by `CAS_PINNED`, which carries no record: its records then go
+    in statements of their own, so it is whole only for a patch with none."""
+    records = (
+        patch.effect is not None
+        or patch.approval_request is not None
+        or patch.approval_use is not None
+        or patch.dead_letter is not None
+    )
+    if guard.seq is not None or guard.unheld:
+        return CasForm(sql.CAS_PINNED, None, whole=not records)
+    ride = rides(patch, returning=returning)
+    if ride is not None:
+        # Without a row back the riding statement is the whole transition; with it (the
+        # intent's forms) `transition.apply` checks what the CTEs did and may roll back.
+        return CasForm(sql.CAS_RIDING[ride], ride, whole=not returning)
+    return CasForm(sql.CAS if returning else sql.CAS_LEAN, None, whole=not records)
+
+
+def rides(patch: Patch, *, returning: bool) -> str | None:
+    """Which records the compare-and-set writes in its own statement (a key of
+    `postgres_sql.CAS_RIDING`), if any. Without a row back (autocommit) it carries the
+    patch's one record when it writes exactly one: `"effect"` (an effect's outcome; not an
+    intent, which may reuse its row) or `"approval"` (an approval asked for). With the row
+    back (in a transaction, which `check_intent` can roll back) it carries an effect's
+    intent, `"intent"`, with the approval it uses, `"intent_used"`."""
+    eff, req, use = patch.effect, patch.approval_request, patch.approval_use
+    if patch.dead_letter is not None:
+        return None
+    if returning:
+        if eff is None or eff.status != "intent" or req is not None:
+            return None
+        if use is None:
+            return "intent"
+        return "intent_used" if use.status == "used" else None
+    if use is not None:
+        return None
+    if req is None and eff is not None:
+        return "effect" if eff.status != "intent" else None
+    if req is not None and eff is None:
+        return "approval"
+    return None
 
 
 def pg_connect_args(cfg: Settings) -> dict[str, Any]:

@@ -323,7 +323,7 @@ def _cte(name: str, record: str) -> str:
 
 _INTENT_CTE = _cte("fx", _EFFECT_INTENT)
 _INTENT_TYPES = _CAS_TYPES | _EFFECT_INTENT_TYPES
-# Keyed by what rides (`PostgresBackend.rides`).
+# Keyed by what rides (`postgres.rides`).
 CAS_RIDING = {
     "effect": _cas_statement(
         "aj_cas_lean_effect",

@@ -98,7 +98,13 @@ class SqliteBackend(Backend):
 
     @contextmanager
     def write_conn(
-        self, engine: Engine, conn: Connection | None, patch: Patch, *, returning: bool
+        self,
+        engine: Engine,
+        conn: Connection | None,
+        guard: Guard,
+        patch: Patch,
+        *,
+        returning: bool,
     ) -> Iterator[Connection]:
         if conn is not None:
             yield conn  # the step's own transaction
