@@ -76,8 +76,8 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     S.APPROVAL_WAIT: frozenset(
         {S.EXECUTING, S.RUNNING, S.APPROVAL_WAIT, S.ESCALATED, S.FAILED, S.CANCELLED}
     ),
-    # EXECUTING -> RETRY_WAIT: throttled before commit (nothing applied), or the step raised
-    # (RETRY_WAIT resumes EXECUTING, whose next claim is a lost lease: EXEC_UNKNOWN, reconcile).
+    # EXECUTING -> RETRY_WAIT: throttled before commit (nothing applied). A step that raised in
+    # EXECUTING may have sent the effect: EXEC_UNKNOWN, reconciled by its key, never RETRY_WAIT.
     # EXECUTING -> ESCALATED: the throttling outlasted its bound, or the failures their count.
     S.EXECUTING: frozenset(
         {S.VERIFYING, S.RUNNING, S.EXEC_UNKNOWN, S.RETRY_WAIT, S.ESCALATED, S.FAILED}

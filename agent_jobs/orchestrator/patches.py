@@ -113,6 +113,8 @@ def failed_attempt(task: Any, error: str, settings: Settings, rand: float) -> Pa
         )
     rt = deep_copy(task.state.get("runtime") or {})
     delay = backoff_s(attempt, settings.retry_base_s, settings.retry_max_s, rand * 0.999)
+    if status is S.EXECUTING:
+        return _outcome_unknown(task, rt, error, attempt, delay)
     to = status
     if status not in SELF_PARKING:
         to = S.RETRY_WAIT  # RETRY_WAIT's own step resumes the status that failed
@@ -125,6 +127,48 @@ def failed_attempt(task: Any, error: str, settings: Settings, rand: float) -> Pa
         attempts=attempt,
         last_error=error,
         wake_in_s=delay,
+    )
+
+
+def _outcome_unknown(
+    task: Any, rt: dict[str, Any], error: str, attempt: int, delay: float
+) -> Patch:
+    """A step that failed in EXECUTING, after its intent committed (a lock or statement
+    timeout, a deadlock refusing the commit of the outcome): the call may have gone out and
+    been applied, so its outcome is unknown (invariant 4). It waits out the backoff in
+    EXEC_UNKNOWN, which exits only through a reconcile read by the key and cannot be cancelled
+    mid-flight: never parked in RETRY_WAIT, where it was resent blind after a throttle or
+    cancelled with its effect still `intent`."""
+    try:
+        action = Action.model_validate(rt.get("pending_action"))
+    except ValueError:
+        # Nothing to reconcile by key (a corrupted checkpoint): a person must look.
+        return Patch(
+            to=S.ESCALATED,
+            event="step_failed",
+            data={"error": error, "attempt": attempt, "pending_action": None},
+            attempts=attempt,
+            last_error=error,
+            outcome={"reason": f"a step failed during an effect with no readable record: {error}"},
+        )
+    # What the wait in RETRY_WAIT read is void: the next look is a reconcile, not a resend.
+    rt.pop("throttle", None)
+    rt.pop("resume", None)
+    return Patch(
+        to=S.EXEC_UNKNOWN,
+        event="step_failed",
+        data={
+            **action_summary(action),
+            "error": error,
+            "attempt": attempt,
+            "retry_in_s": round(delay, 3),
+            "outcome": "unknown",
+        },
+        state=with_runtime(None, task.state, rt),
+        attempts=attempt,
+        last_error=error,
+        wake_in_s=delay,
+        effect=EffectWrite(action, "unknown"),
     )
 
 

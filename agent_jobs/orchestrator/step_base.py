@@ -61,10 +61,12 @@ class StepBase(ABC):
 
     def failed(self, s: Session, exc: BaseException) -> Patch:
         """Any exception that escaped a step (a hook, a write the database refused, a bug) is a
-        failed attempt (`failed_attempt`)."""
+        failed attempt (`failed_attempt`); in EXECUTING, an effect whose outcome is unknown."""
         patch = failed_attempt(s.task, error_text(exc), self.settings, self.rand())
         if patch.dead_letter is not None:
             self.observer.dead_letter(s.task.workflow)
+        if patch.to is S.EXEC_UNKNOWN and s.task.status is S.EXECUTING:
+            self.observer.reconciled("entered_unknown")
         return patch
 
     def cancelled(self, s: Session) -> Patch:
