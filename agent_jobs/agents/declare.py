@@ -27,6 +27,8 @@ from agent_jobs.agents.functions import (
 from agent_jobs.core.errors import ConfigError
 from agent_jobs.tools.adapter import PythonCallableAdapter
 from agent_jobs.tools.descriptors import NO_RETRY, RetryPolicy, ToolDescriptor
+from agent_jobs.tools.mcp import McpToolAdapter
+from agent_jobs.tools.mcp_content import as_object
 
 # The steps of an agent: `work` offers every tool to the model, `reply` (after an effect) only
 # the reads; `execute` and `reconcile` are the orchestrator's, never offered to a model.
@@ -144,12 +146,22 @@ def function_effect(
     return effect, reader, Effect(name, lookup_name, KEY_PARAM)
 
 
+def stored(tool: ToolDescriptor | None, result: Any) -> Any:
+    """What a tool answered, as an agent keeps it (facts, transcript, outcome, the effect found
+    by its key): one JSON object whatever the tool's source. A function's dict (or pydantic
+    model), an HTTP body (`{}` when empty), an MCP result's structured content (`{"text": ...}`
+    when it sent only text). Claims, rules and the reconcile check then read one shape whether
+    the effect was answered directly or found by its key."""
+    if tool is not None and isinstance(tool.adapter, McpToolAdapter) and isinstance(result, dict):
+        return as_object(result)
+    return {} if result is None else result
+
+
 def found_of(result: Any) -> dict[str, Any] | None:
-    """What a lookup answered, as the effect found (None: no effect under the key). Accepts
-    `{"found": ...}` (functions, MCP servers that say so), an MCP `structured` result, or the
-    effect's object itself (an HTTP lookup)."""
-    if isinstance(result, dict) and "structured" in result:
-        result = result["structured"]
+    """What a lookup answered (as `stored`), as the effect found (None: no effect under the
+    key). Accepts `{"found": ...}` (functions, MCP servers that say so: `{"found": null}` or
+    `{"found": false}` is none, `{"found": true, ...fields}` the effect inline), or the effect's
+    object itself (an HTTP lookup)."""
     if isinstance(result, dict) and "found" in result:
         found = result["found"]
         if found is True:  # `{"found": true, ...fields}`

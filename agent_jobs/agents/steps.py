@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_jobs.agents.audit import BufferedAudit
 from agent_jobs.agents.claims import check_claims
-from agent_jobs.agents.declare import EXECUTE, RECONCILE, REPLY, WORK, found_of
+from agent_jobs.agents.declare import EXECUTE, RECONCILE, REPLY, WORK, found_of, stored
 from agent_jobs.agents.facts import Facts, record
 from agent_jobs.agents.model import Asked, ask, usage
 from agent_jobs.agents.policy import Call
@@ -131,6 +131,10 @@ def run_call(agent: Agent, inp: wf.StepInput, call: ToolCall, scope: str) -> Out
     )
     outcome = executor.execute(call, ctx)
     audit.flush(inp, scope)
+    if isinstance(outcome, Ok):
+        # One shape for what a tool answered, whatever its source (`declare.stored`).
+        result = stored(agent.tools.get(call.tool), outcome.result)
+        return outcome.model_copy(update={"result": result})
     return outcome
 
 

@@ -121,7 +121,9 @@ def result_value(result: Any, secrets: list[str]) -> dict[str, Any]:
         text = " ".join(str(b.get("text", "")) for b in content)
         raise ServiceRejected("tool_error", cut(text, MAX_ERROR_CHARS) or "the tool failed")
     structured = None
-    if result.structured_content is not None:
+    if result.structured_content is None and not truncated:
+        structured = _text_object(content, secrets)
+    elif result.structured_content is not None:
         cleaned = scrub(clean_json(result.structured_content), secrets)
         try:
             size = len(json.dumps(cleaned, allow_nan=False))
@@ -135,3 +137,42 @@ def result_value(result: Any, secrets: list[str]) -> dict[str, Any]:
     if truncated:
         out["truncated"] = True
     return out
+
+
+def as_object(value: dict[str, Any]) -> dict[str, Any]:
+    """The one JSON object an MCP result (`result_value`'s) stands for, as a Python function's
+    dict or an HTTP body is one: its structured content, else `{"text": ...}` (with
+    `truncated: true` when cut; non-text blocks were never passed on)."""
+    structured = value.get("structured")
+    if isinstance(structured, dict):
+        return structured
+    text = "".join(
+        str(b.get("text", "")) for b in value.get("content") or () if b.get("type") == "text"
+    )
+    out: dict[str, Any] = {"text": text}
+    if value.get("truncated"):
+        out["truncated"] = True
+    return out
+
+
+def _text_object(content: Sequence[dict[str, Any]], secrets: Sequence[str]) -> Any:
+    """The text blocks, when together they are one JSON object: how a server without structured
+    output sends its JSON. Cleaned and scrubbed again, since JSON escapes (`\\u0000`, a secret
+    spelled in escapes) come to life only when parsed."""
+    text = "".join(str(b.get("text", "")) for b in content if b.get("type") == "text")
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        parsed = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    try:
+        return scrub(clean_json(parsed), secrets)
+    except RecursionError:
+        return None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON a task can store")

@@ -15,6 +15,7 @@ from agent_jobs.agents.declare import EXECUTE, RECONCILE, REPLY, WORK, found_of
 from agent_jobs.core.errors import ConfigError
 from agent_jobs.core.hashing import action_hash
 from agent_jobs.tools import ExecContext, Ok, PolicyStamp, Rejected, ToolCall, ToolExecutor
+from agent_jobs.tools.mcp_content import as_object
 from agent_jobs.tools.testing import FakeCredentialProvider, InMemoryAuditSink
 
 
@@ -154,6 +155,7 @@ def test_what_a_lookup_answers_is_read_as_the_effect_found_or_none() -> None:
     assert found_of({"found": None}) is None
     assert found_of({"found": False}) is None
     assert found_of({"found": True, **row}) == row  # an MCP server that says so inline
-    assert found_of({"structured": {"found": True, **row}, "text": "..."}) == row
+    mcp = {"content": [{"type": "text", "text": "..."}], "structured": {"found": True, **row}}
+    assert found_of(as_object(mcp)) == row  # an MCP result, in the one stored shape
     assert found_of(row) == row  # an HTTP lookup answering the effect itself
     assert found_of({}) is None and found_of(None) is None and found_of([row]) is None
