@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -94,6 +95,28 @@ def check_schema_source(name: str, schema: Any) -> dict[str, Any]:
 
 BlockKind = Literal["text", "image", "audio", "resource_link", "resource"]
 
+# An `isError` result saying "nothing here" rather than "this failed": the code a lookup by key
+# answers when no effect exists under the key, so the effect is sent again under the same key.
+# Only this explicit code counts (in the structured content's `code` or `error.code`, or as the
+# first word of the first text block, after the official Python SDK's "Error executing tool
+# <name>: " as `raise ToolError("not_found: ...")` sends it): any other error, however
+# worded, is a failed lookup, since a wrong "not found" sends the effect twice.
+NOT_FOUND = "not_found"
+_NOT_FOUND_TEXT = re.compile(
+    r"\s*(?:Error executing tool [A-Za-z0-9_.-]{1,128}: )?not_found(?![A-Za-z0-9_])", re.IGNORECASE
+)
+
+
+def says_not_found(structured: Any, content: Sequence[dict[str, Any]]) -> bool:
+    """Whether an `isError` result is the not-found answer (see `NOT_FOUND`)."""
+    if isinstance(structured, dict):
+        error = structured.get("error")
+        codes = [structured.get("code"), error.get("code") if isinstance(error, dict) else None]
+        if any(isinstance(c, str) and c.lower() == NOT_FOUND for c in codes):
+            return True
+    texts = [b["text"] for b in content if b.get("type") == "text"]
+    return bool(texts) and _NOT_FOUND_TEXT.match(str(texts[0])) is not None
+
 
 def result_value(result: Any, secrets: list[str]) -> dict[str, Any]:
     """A `tools/call` result as the data a model may be shown: text and structured content,
@@ -119,7 +142,8 @@ def result_value(result: Any, secrets: list[str]) -> dict[str, Any]:
     truncated = truncated or len(result.content) > MAX_BLOCKS
     if result.is_error:
         text = " ".join(str(b.get("text", "")) for b in content)
-        raise ServiceRejected("tool_error", cut(text, MAX_ERROR_CHARS) or "the tool failed")
+        code = NOT_FOUND if says_not_found(result.structured_content, content) else "tool_error"
+        raise ServiceRejected(code, cut(text, MAX_ERROR_CHARS) or "the tool failed")
     structured = None
     if result.structured_content is None and not truncated:
         structured = _text_object(content, secrets)
