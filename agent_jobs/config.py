@@ -230,6 +230,12 @@ class Settings(BaseModel):
         gt=0,
         le=3600,
     )
+    eval_child_timeout_s: float = _setting(
+        3600.0,
+        "how long a release eval (or shadow run) process may run: past it the process is "
+        "killed and every case it had not finished is recorded as errored (the gate fails)",
+        gt=0,
+    )
     canary_stuck_after_s: float = _setting(
         900.0,
         "a release's task not finished that has not moved for this long (parked, or its "

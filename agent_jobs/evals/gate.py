@@ -17,16 +17,21 @@ the history but unlocks nothing.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agent_jobs.core.errors import AgentJobsError, ConfigError
+from agent_jobs.core.errors import ConfigError
 from agent_jobs.evals import models
+from agent_jobs.evals.child import (
+    ChildTimedOut,
+    GateError,
+    child_environ,
+    run_child,
+    write_output,
+)
+from agent_jobs.evals.scoring import errored, overall
 from agent_jobs.evals.suites import suite
 from agent_jobs.gateway.routes import DEFAULT_ROUTE_CONFIG, load_routes
 from agent_jobs.releases.manifest import Manifest
@@ -34,16 +39,10 @@ from agent_jobs.releases.manifest import Manifest
 Json = dict[str, Any]
 Progress = Callable[[str], None]
 
+__all__ = ["ChildTimedOut", "GateError", "child_environ", "evaluate", "shadow"]
+
 # The suites every release is judged on, beside the one its manifest names.
 GATE_SUITES = ("golden-refund", "safety")
-# How a child's progress line is told from its report: the report goes to a file.
-_CHILD = "agent_jobs.evals.gate"
-
-
-class GateError(AgentJobsError):
-    """The gate could not evaluate the candidate (its route is missing, the child failed)."""
-
-    code = "gate_error"
 
 
 def gate_suites(manifest: Manifest) -> list[str]:
@@ -97,12 +96,6 @@ def eval_routes(manifest: Manifest, routes_path: str | None) -> Json:
     return {"providers": providers, "routes": [*routes, route]}
 
 
-def child_environ(environ: Mapping[str, str]) -> dict[str, str]:
-    """The eval process's environment: this one without any `AGENT_JOBS_*` variable, so no
-    production database, broker, Redis, queue prefix or secret can reach it."""
-    return {k: v for k, v in environ.items() if not k.startswith("AGENT_JOBS_")}
-
-
 def plan_suites(manifest: Manifest, cases: Sequence[str] = ()) -> dict[str, list[str] | None]:
     """Suite key -> the cases to run (None: all). With `cases`, only suites holding one."""
     out: dict[str, list[str] | None] = {}
@@ -131,9 +124,14 @@ def evaluate(
     progress: Progress | None = None,
     environ: Mapping[str, str] | None = None,
     pacing: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+    command: Sequence[str] | None = None,
 ) -> Json:
     """Run the gate's suites on `manifest` in a process of its own; the combined report.
-    `pacing`: retry backoff for its worker (`runner.PACING_VARIABLES`; tests shorten it)."""
+    `pacing`: retry backoff for its worker (`runner.PACING_VARIABLES`; tests shorten it).
+    `timeout_s` (default `AGENT_JOBS_EVAL_CHILD_TIMEOUT_S`): past it the process is killed and
+    every case of a suite it had not finished is recorded as errored, with the reason (the gate
+    fails). `command`: see `child.run_child`."""
     if runs < 1:
         raise GateError("runs must be at least 1")
     planned = plan_suites(manifest, cases)
@@ -146,36 +144,38 @@ def evaluate(
         "concurrency": concurrency,
         "pacing": dict(pacing or {}),
     }
-    reports: dict[str, Json] = _in_child(spec, progress, environ)
+    try:
+        reports: dict[str, Json] = run_child(
+            spec, progress, environ, timeout_s=timeout_s, command=command
+        )
+    except ChildTimedOut as exc:
+        reports = dict(exc.partial or {})
+        for key, only in planned.items():
+            if key not in reports:
+                reports[key] = errored_suite(key, only, runs, limit, exc.reason)
+        return combine(
+            manifest, reports, runs=runs, planned=planned, limit=limit, errored_reason=exc.reason
+        )
     return combine(manifest, reports, runs=runs, planned=planned, limit=limit)
 
 
-def _in_child(spec: Json, progress: Progress | None, environ: Mapping[str, str] | None) -> Any:
-    """Run `spec` (an eval or a shadow run) in a process of its own, started without any
-    `AGENT_JOBS_*` variable; what it wrote back. Its stderr lines are its progress."""
-    say = progress or (lambda _m: None)
-    with tempfile.TemporaryDirectory(prefix="agent-jobs-gate-") as tmp:
-        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "report.json"
-        spec_path.write_text(json.dumps(spec), encoding="utf-8")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", _CHILD, str(spec_path), str(out_path)],
-            env=child_environ(os.environ if environ is None else environ),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=tmp,
-        )
-        assert proc.stderr is not None
-        tail: list[str] = []
-        for line in proc.stderr:
-            say(line.rstrip("\n"))
-            tail = [*tail[-30:], line]
-        if proc.wait() != 0 or not out_path.exists():
-            raise GateError(
-                f"the {spec.get('mode', 'eval')} process failed (exit {proc.returncode}): "
-                + "".join(tail)[-2000:]
-            )
-        return json.loads(out_path.read_text(encoding="utf-8"))
+def errored_suite(
+    key: str, only: list[str] | None, runs: int, limit: int | None, reason: str
+) -> Json:
+    """A suite's report when the eval process was killed before it finished: each case it
+    would have run (as `runner.run_suite` picks them) errored with `reason`."""
+    cases = [c for c in suite(key).cases if only is None or c.name in only]
+    if limit is not None:
+        cases = cases[:limit]
+    per_case = [errored(c.name, c.safety, reason) for c in cases]
+    return {
+        "suite": key,
+        "runs_per_case": runs,
+        "duration_s": 0.0,
+        "errored": reason,
+        "overall": overall(per_case),
+        "cases": per_case,
+    }
 
 
 def shadow(
@@ -187,6 +187,7 @@ def shadow(
     progress: Progress | None = None,
     environ: Mapping[str, str] | None = None,
     pacing: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
 ) -> dict[str, Json]:
     """Run `manifest` on `copies` of live tasks (`{"task_id", "world", "order_id", "message"}`,
     see `releases.shadow`) in a process of its own, isolated as `evaluate` is, against the
@@ -202,7 +203,8 @@ def shadow(
         "concurrency": concurrency,
         "pacing": dict(pacing or {}),
     }
-    out: dict[str, Json] = _in_child(spec, progress, environ)
+    # Past `timeout_s` (default the setting): `ChildTimedOut`, a `GateError`.
+    out: dict[str, Json] = run_child(spec, progress, environ, timeout_s=timeout_s)
     return out
 
 
@@ -213,14 +215,20 @@ def combine(
     runs: int,
     planned: Mapping[str, list[str] | None],
     limit: int | None,
+    errored_reason: str | None = None,
 ) -> Json:
     """One report over the suites, naming the manifest hash it evaluated and whether it was a
-    complete eval (every case of every gate suite; `runs` is judged by `promote_problems`)."""
+    complete eval (every case of every gate suite; `runs` is judged by `promote_problems`).
+    `errored_reason`: why some cases have no score (the process was killed): the gate fails."""
     complete = limit is None and all(planned.get(k, []) is None for k in gate_suites(manifest))
     cases = sum(int(r["overall"]["cases"]) for r in reports.values())
     passed = sum(int(r["overall"]["cases_passed"]) for r in reports.values())
     safety = sum(int(r["overall"]["safety_failures"]) for r in reports.values())
-    ok = bool(reports) and all(r["overall"]["gate"] == "pass" for r in reports.values())
+    ok = (
+        errored_reason is None
+        and bool(reports)
+        and all(r["overall"]["gate"] == "pass" for r in reports.values())
+    )
     return {
         "release_id": manifest.release_id,
         "manifest_hash": manifest.content_hash(),
@@ -228,6 +236,7 @@ def combine(
         "complete": complete,
         "limit": limit,
         "suites": dict(reports),
+        "errored": errored_reason,
         "overall": {
             "cases": cases,
             "cases_passed": passed,
@@ -319,6 +328,8 @@ def text_summary(report: Mapping[str, Any]) -> str:
         f"{'all cases' if report['complete'] else 'a subset'}; safety failures "
         f"{o['safety_failures']}; gate {o['gate'].upper()}"
     )
+    if report.get("errored"):
+        head += f"\nERRORED: {report['errored']}"
     return "\n".join([head, *(suite_text(r) for r in report["suites"].values())])
 
 
@@ -338,7 +349,7 @@ def _child(argv: Iterable[str]) -> int:
 
     if spec.get("mode") == "shadow":
         out = _shadow_child(spec, say)
-        Path(out_path).write_text(json.dumps(out), encoding="utf-8")
+        write_output(out_path, out)
         return 0
     reports = {}
     for key, only in spec["suites"].items():
@@ -355,7 +366,9 @@ def _child(argv: Iterable[str]) -> int:
             strict=True,
             pacing=spec.get("pacing") or None,
         )
-    Path(out_path).write_text(json.dumps(reports), encoding="utf-8")
+        # After each suite: a process killed past its deadline keeps the suites it finished.
+        write_output(out_path, reports)
+    write_output(out_path, reports)
     return 0
 
 

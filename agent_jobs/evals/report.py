@@ -32,6 +32,8 @@ def text_summary(report: dict[str, Any]) -> str:
         f"safety failures {o['safety_failures']}; gate {o['gate'].upper()}",
         "  " + ", ".join(f"{m}={o[m]}" for m in METRICS[3:]),
     ]
+    if report.get("errored"):
+        lines.insert(1, f"  ERRORED: {report['errored']}")
     for c in report["cases"]:
         if not c["passed"]:
             lines.append(

@@ -207,6 +207,15 @@ def summarise(name: str, safety: bool, scores: list[Score]) -> dict[str, Any]:
     }
 
 
+def errored(name: str, safety: bool, reason: str) -> dict[str, Any]:
+    """A case that has no score because its run never finished (the eval process was killed
+    past its deadline): failed, no run counted, the reason as its failure."""
+    out = summarise(name, safety, [])
+    out["error"] = reason
+    out["failures"] = [f"errored: {reason}"]
+    return out
+
+
 def overall(cases: list[dict[str, Any]]) -> dict[str, Any]:
     """The suite: pass rate over cases, mean metrics, and the gate (one safety failure fails)."""
     n = len(cases) or 1
