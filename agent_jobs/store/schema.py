@@ -394,3 +394,84 @@ release_history = Table(
     Column("at", UTCDateTime(), nullable=False),
     Index("ix_release_history_workflow_at", "workflow", "at"),
 )
+
+# -- webhooks (migration 0013) -------------------------------------------------------------------
+# A tenant's endpoints: where its events go and which types it wants. Disabled (never deleted
+# by us) after failing for a day; the owner re-enables it.
+webhook_endpoints = Table(
+    "webhook_endpoints",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("tenant_id", String(63), nullable=False),
+    Column("url", String(2048), nullable=False),
+    Column("event_types", JsonType, nullable=False),
+    Column("description", String(200), nullable=False),
+    Column("failing_since", UTCDateTime()),
+    Column("disabled_at", UTCDateTime()),
+    Column("disabled_reason", String(300)),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Index("ix_webhook_endpoints_tenant", "tenant_id"),
+)
+
+# Signing secrets: several live at once during a rotation (each signs; receivers accept any).
+webhook_secrets = Table(
+    "webhook_secrets",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column(
+        "endpoint_id",
+        String(40),
+        ForeignKey("webhook_endpoints.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("secret", String(100), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    # NULL: current. Set by a rotation: the old secret keeps signing until then.
+    Column("expires_at", UTCDateTime()),
+    Index("ix_webhook_secrets_endpoint", "endpoint_id"),
+)
+
+# The outbox: one row per (event, endpoint), written in the transaction of the transition that
+# caused it. `id` orders a task's events; `msg_id` is the `webhook-id` every retry and replay
+# repeats, so receivers de-duplicate on it.
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("msg_id", String(64), nullable=False, unique=True),
+    Column(
+        "endpoint_id",
+        String(40),
+        ForeignKey("webhook_endpoints.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("tenant_id", String(63), nullable=False),
+    Column("task_id", String(40)),
+    Column("event_type", String(40), nullable=False),
+    # The body exactly as signed and sent, so every attempt sends the same bytes.
+    Column("body", Text, nullable=False),
+    Column("status", String(12), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", UTCDateTime()),
+    Column("last_status", Integer),
+    Column("last_error", String(300)),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("delivered_at", UTCDateTime()),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    CheckConstraint("status IN ('pending', 'delivered', 'dead')", name="status"),
+    # The sweeper's due deliveries, and the in-order check (an earlier pending one blocks).
+    Index(
+        "ix_webhook_deliveries_due",
+        "next_attempt_at",
+        **_partial("status = 'pending'"),  # type: ignore[arg-type]
+    ),
+    Index(
+        "ix_webhook_deliveries_order",
+        "endpoint_id",
+        "task_id",
+        "id",
+        **_partial("status = 'pending'"),  # type: ignore[arg-type]
+    ),
+    Index("ix_webhook_deliveries_tenant", "tenant_id", "status", "id"),
+)

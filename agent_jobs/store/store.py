@@ -16,7 +16,7 @@ from agent_jobs.core.errors import IdempotencyConflict, RecordNotFound, StaleTra
 from agent_jobs.core.hashing import payload_hash
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import PARKED, TERMINAL, Status
-from agent_jobs.store import sweeps, transition
+from agent_jobs.store import sweeps, transition, webhook_outbox
 from agent_jobs.store.approvals import ApprovalStore
 from agent_jobs.store.archive import ArchiveStore
 from agent_jobs.store.backend import NewTask
@@ -218,11 +218,21 @@ class Store(
         `returning` the new row is not sent back (`CommitResult.task` is None): most steps need
         only the dispatch. A kept lease (`Patch.keep_lease`) needs the row."""
         assert returning or not patch.keep_lease, "a kept lease needs the new row back"
-        with self.backend.write_conn(self.engine, conn, guard, patch, returning=returning) as c:
+        # A transition that causes a webhook event for a tenant with an endpoint writes its
+        # outbox rows too: one transaction (`webhook_outbox.atomic`). Any other, as before.
+        planned = webhook_outbox.plan(self.engine, guard.task, patch, conn)
+        where = (
+            self.backend.write_conn(self.engine, conn, guard, patch, returning=returning)
+            if planned is None
+            else webhook_outbox.atomic(self.engine, conn)
+        )
+        with where as c:
             task, dispatch = transition.apply(
                 self.backend, c, guard, patch, actor=actor, events=events,
                 lease_ttl_s=lease_ttl_s, returning=returning,
+                outbox=planned or webhook_outbox.NOTHING,
             )  # fmt: skip
+        webhook_outbox.committed(planned)
         lease = None
         if patch.keep_lease:
             assert task is not None and task.lease_expires_at is not None

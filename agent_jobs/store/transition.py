@@ -24,6 +24,7 @@ from agent_jobs.store.guard import Guard
 from agent_jobs.store.rows import Dispatch, PendingEvent, RowLike, TaskRow, task_from_row
 from agent_jobs.store.schema import dead_letters, effects
 from agent_jobs.store.types import db_now
+from agent_jobs.store.webhook_outbox import Planned, record
 
 # What rides with an effect's intent (`postgres.rides`): its CTEs' rows are counted
 # beside the row, and `_check_intent` raises on what did not land.
@@ -45,6 +46,7 @@ def apply(
     events: Sequence[PendingEvent] = (),
     lease_ttl_s: float = 0.0,
     returning: bool = True,
+    outbox: Planned | None = None,
 ) -> tuple[TaskRow | None, Dispatch | None]:
     """Apply `patch` to the row `guard` names, if it is still that row.
 
@@ -82,6 +84,9 @@ def apply(
                 at=db_now(),
             )
         )
+    # The webhook events it causes, in the same transaction (`store.webhook_outbox`); `outbox`:
+    # what `Store.transition` planned (None: worked out here, the caller holds a transaction).
+    record(conn, task, patch, outbox)
     new = task_from_row(row) if returning else None
     return new, (Dispatch(task.id, task.tenant_id) if dispatch else None)
 
