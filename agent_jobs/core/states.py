@@ -60,6 +60,8 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     # EXECUTING also after a throttled call (429/503 + Retry-After: not applied), retried with the
     # same key; ESCALATED when the throttling outlasts its bound.
     # RETRY_WAIT -> RETRY_WAIT: its own step raised; parked again with backoff.
+    # RETRY_WAIT -> APPROVAL_WAIT: the throttled action, asked again before its resend, now needs
+    # a person (a lever such as autonomy 0, or its grant expired during the wait).
     S.RETRY_WAIT: frozenset(
         {
             S.RUNNING,
@@ -67,6 +69,7 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
             S.VERIFYING,
             S.EXECUTING,
             S.RETRY_WAIT,
+            S.APPROVAL_WAIT,
             S.ESCALATED,
             S.FAILED,
             S.CANCELLED,

@@ -7,11 +7,13 @@ denial, an expiry or an invalid grant goes back to RUNNING with a note for the w
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from agent_jobs.core.contracts import Action, ApprovalView
 from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
 from agent_jobs.core.states import Status
+from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.orchestrator.patches import action_summary, note, with_runtime
 from agent_jobs.orchestrator.session import Session
 from agent_jobs.orchestrator.step_base import StepBase
@@ -22,19 +24,76 @@ S = Status
 
 
 class ApprovalSteps(StepBase):
-    # -- asked again: a retry in EXEC_UNKNOWN found the grant expired -----------------------
+    # -- asked again: every resend of a recorded intent ----------------------------------------
 
-    def request_approval(
-        self, s: Session, action: Action, rt: dict[str, Any], *, reason: str
-    ) -> Patch:
+    def authorize_resend(
+        self, s: Session, action: Action, rt: dict[str, Any], *, applied_nothing: bool
+    ) -> Patch | None:
+        """Ask the policy and the levers in force now before a recorded intent goes out again
+        (a resend after a throttle, a retry after reconcile found nothing): invariant 11. None
+        when it may go; otherwise the patch that stops it. `needs_approval` is covered by the
+        grant consumed with this intent while that grant still holds (same action, unexpired,
+        same policy version); otherwise a person is asked again (APPROVAL_WAIT). `deny`: not
+        sent, escalated. `applied_nothing`: the last answer was a definitive refusal (a
+        throttle), so a stopped intent is closed as failed, not left open."""
         auth = self.authorize(s, action)
+        rt["last_policy"] = {
+            "decision": auth.kind,
+            "policy_version": auth.policy_version,
+            "reason": auth.reason,
+        }
+        closed = EffectWrite(action, "failed", {"code": "throttled"}) if applied_nothing else None
         if auth.kind == "deny":
             return Patch(
                 to=S.ESCALATED,
                 event="policy_denied_on_retry",
                 data={**action_summary(action), "reason": auth.reason},
-                outcome={"reason": "policy now denies the pending action"},
+                state=with_runtime(None, s.task.state, rt),
+                outcome={"reason": "policy now denies the pending action; it was not sent again"},
+                effect=closed,
             )
+        if auth.kind == "allow":
+            return None
+        approval_id = rt.get("approval_id")
+        problem = self._grant_problem(str(approval_id), action, auth) if approval_id else "none"
+        if problem is None:
+            return None
+        if problem == "expired":
+            note(rt, "approval_expired_before_retry", approval_id=approval_id)
+        rt.pop("throttle", None)  # a person decides anew: the throttle's wait is over
+        reason = auth.reason or "policy requires approval"
+        return replace(self._ask(s, action, rt, auth, reason=reason), effect=closed)
+
+    def _grant_problem(
+        self, approval_id: str, action: Action, auth: wf.Authorization
+    ) -> str | None:
+        """Why the grant consumed with this intent no longer covers sending it again (None if
+        it does). The one grant check (`validate_grant`), its use being this very intent:
+        approval covers the intent, not the number of attempts, but not past its expiry."""
+        approval, now = self.store.approval_at_now(approval_id)
+        if approval.status != "used":
+            return "not_granted"
+        grant = Grant(
+            approval_id=approval.approval_id,
+            action_hash=approval.action_hash,
+            policy_version=approval.policy_version,
+            requester=approval.requester,
+            approver=approval.approver,
+            status="granted",
+            expires_at=approval.expires_at,
+            used_at=None,
+        )
+        return validate_grant(grant, action.action_hash, auth.policy_version, now).reason
+
+    def _ask(
+        self,
+        s: Session,
+        action: Action,
+        rt: dict[str, Any],
+        auth: wf.Authorization,
+        *,
+        reason: str,
+    ) -> Patch:
         approval_id = new_id("apr")
         rt["approval_id"] = approval_id
         return Patch(

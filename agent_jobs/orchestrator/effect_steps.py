@@ -226,8 +226,11 @@ class EffectSteps(StepBase):
 
     def resend_after_throttle(self, s: Session, rt: dict[str, Any]) -> Patch:
         """The throttled call again, with the same key: the intent still stands (it was never
-        applied), and so does the approval consumed with it."""
+        applied), once the policy and levers of now allow it (`authorize_resend`)."""
         action = Action.model_validate(rt["pending_action"])
+        stopped = self.authorize_resend(s, action, rt, applied_nothing=True)
+        if stopped is not None:
+            return stopped
         throttle = rt.get("throttle") or {}
         intent = Patch(
             to=S.EXECUTING,
@@ -319,7 +322,8 @@ class EffectSteps(StepBase):
         return self.not_found(s, action, rt)
 
     def not_found(self, s: Session, action: Action, rt: dict[str, Any]) -> Patch:
-        """Reconcile found nothing: retry with the same key — if the task may still act."""
+        """Reconcile found nothing: retry with the same key — if the task may still act and the
+        policy and levers of now allow it (`authorize_resend`)."""
         summary = action_summary(action)
         if s.task.cancel_requested:
             return Patch(
@@ -338,14 +342,9 @@ class EffectSteps(StepBase):
                     "reason": f"the effect could not be completed: sent {sent} times, one key"
                 },
             )
-        approval_id = rt.get("approval_id")
-        if approval_id:
-            approval, now = self.store.approval_at_now(approval_id)
-            if approval.expires_at <= now:
-                # Approval covers the intent, not the number of attempts, but not past expiry.
-                rt["approval_id"] = None
-                note(rt, "approval_expired_before_retry", approval_id=approval_id)
-                return self.request_approval(s, action, rt, reason="grant expired before the retry")
+        stopped = self.authorize_resend(s, action, rt, applied_nothing=False)
+        if stopped is not None:
+            return stopped
         rt["reconcile_failures"] = 0
         intent = Patch(
             to=S.EXECUTING,

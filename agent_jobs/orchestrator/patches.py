@@ -41,6 +41,13 @@ def resume_status(raw: object) -> Status:
     return status if status in RESUMABLE else S.RUNNING
 
 
+def wakes_to_resend(state: dict[str, Any]) -> bool:
+    """Whether a RETRY_WAIT task wakes to send its pending action again (after a throttle),
+    which asks the policy and levers first and so runs under a lease, not as a quick step."""
+    rt = state.get("runtime") or {}
+    return bool(rt.get("throttle") and rt.get("pending_action"))
+
+
 def with_runtime(
     state: dict[str, Any] | None, base: dict[str, Any], runtime: dict[str, Any]
 ) -> dict[str, Any]:

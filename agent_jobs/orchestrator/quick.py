@@ -17,6 +17,7 @@ from typing import Any
 from agent_jobs.core.errors import StaleTransition
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import Status
+from agent_jobs.orchestrator.patches import wakes_to_resend
 from agent_jobs.orchestrator.runner_base import RunnerBase, StepReport
 from agent_jobs.orchestrator.workflow import Workflow
 from agent_jobs.store import Guard, Lease, TaskRow
@@ -50,7 +51,9 @@ def _refuse(patch: Patch) -> Lease:
 class QuickStep(RunnerBase):
     def _quick(self, task: TaskRow, workflow: Workflow) -> bool:
         if task.status is S.RETRY_WAIT:
-            return True  # the orchestrator's own step: RETRY_WAIT -> RUNNING (or CANCELLED)
+            # The orchestrator's own step: RETRY_WAIT -> RUNNING (or CANCELLED) needs no I/O; a
+            # resend asks the policy and levers again and calls the tool, under a lease.
+            return not wakes_to_resend(task.state)
         if task.status not in (S.RECEIVED, S.RUNNING, S.VERIFYING):
             return False
         hook = getattr(workflow, "quick", None)

@@ -3,7 +3,7 @@
 It holds the dependencies (store, settings, observer, the jitter source) and the exits any step
 may take: stop, cancel, retry with backoff, a failed attempt, and the policy decision counted as
 a metric. Two steps are called across mixins, so they are declared here and implemented where
-they belong: `execute_after` (`effect_steps`) and `request_approval` (`approval_steps`).
+they belong: `execute_after` (`effect_steps`) and `authorize_resend` (`approval_steps`).
 """
 
 from __future__ import annotations
@@ -153,7 +153,8 @@ class StepBase(ABC):
         """Commit the intent (keeping the lease), then call the tool (`EffectSteps`)."""
 
     @abstractmethod
-    def request_approval(
-        self, s: Session, action: Action, rt: dict[str, Any], *, reason: str
-    ) -> Patch:
-        """Ask for approval of a pending action again (`ApprovalSteps`)."""
+    def authorize_resend(
+        self, s: Session, action: Action, rt: dict[str, Any], *, applied_nothing: bool
+    ) -> Patch | None:
+        """Ask the policy and levers of now before a recorded intent goes out again: None to
+        send, or the patch that stops it (`ApprovalSteps`)."""

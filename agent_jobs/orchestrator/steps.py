@@ -38,6 +38,7 @@ from agent_jobs.orchestrator.patches import (
     lease_lost,
     note,
     resume_status,
+    wakes_to_resend,
     with_runtime,
     worker_lost,
 )
@@ -134,7 +135,7 @@ class Steps(EffectSteps, ApprovalSteps):
         if s.task.cancel_requested:
             return self.cancelled(s)
         rt = s.runtime()
-        if rt.get("throttle") and rt.get("pending_action"):
+        if wakes_to_resend(s.task.state):
             return self.resend_after_throttle(s, rt)
         if "resume" not in rt:  # the common case: a Retry decision, back to RUNNING
             return Patch(to=S.RUNNING, event="retry_due", data={"attempt": s.task.attempts})
