@@ -48,14 +48,53 @@ TENANT_CAP = "tenant_cap"
 FAIR_SHARE = "fair_share"
 MODEL_CAP = HoldReason.MODEL_CAP.value  # held_for: a step deferred by the model-call cap
 
+# Shared by both scripts. A slot that expired (its holder died, or ran past the slot's ttl) is
+# settled: the provisional charge made when it was admitted stands as its cost (the estimate is
+# all anyone will learn of that step; a release that comes later finds no slot and charges
+# nothing), its provisional record goes, and a tenant left with nothing in flight and nothing
+# held stops being backlogged. Without this a dead holder's tenant stayed the lowest virtual
+# time for ever, and every other tenant was held one quantum past it.
 # KEYS: inflight(T), backlogged vt zset, vt hash, held hash, estimate hash, provisional hash
-# ARGV: tenant, task id, slot ttl ms, cap, fair (0/1), quantum, weight
-# An admitted step is charged at once with the tenant's average step cost (corrected when it
-# ends): otherwise a tenant could have several expensive steps admitted before any is charged.
-_ADMIT = """
+_SETTLE = """
+local function settle(inflight, tenant, now)
+  local gone = redis.call('ZRANGEBYSCORE', inflight, '-inf', now)
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', inflight, '-inf', now)
+    for i = 1, #gone do
+      redis.call('HDEL', KEYS[6], tenant .. '|' .. gone[i])
+    end
+  end
+  local held = tonumber(redis.call('HGET', KEYS[4], tenant) or '0')
+  if redis.call('ZCARD', inflight) == 0 and held <= 0 then
+    redis.call('ZREM', KEYS[2], tenant)
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+"""
+
+# KEYS: as _SETTLE
+# ARGV: tenant, task id, slot ttl ms, cap, fair (0/1), quantum, weight, inflight key of tenant ""
+# An admitted step is charged at once with the tenant's average step cost (corrected when it
+# ends): otherwise a tenant could have several expensive steps admitted before any is charged.
+# Before the lowest virtual time is read, the lowest backlogged tenants other than this one have
+# their expired slots settled, up to eight per admission (each is settled once).
+_ADMIT = (
+    _SETTLE
+    + """
+settle(KEYS[1], ARGV[1], now)
+if ARGV[5] == '1' then
+  for _ = 1, 8 do
+    local low = redis.call('ZRANGE', KEYS[2], 0, 0)
+    if not low[1] or low[1] == ARGV[1] then
+      break
+    end
+    settle(ARGV[8] .. low[1], low[1], now)
+    if redis.call('ZSCORE', KEYS[2], low[1]) then
+      break
+    end
+  end
+end
 local expiry = now + tonumber(ARGV[3])
 if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
   redis.call('ZADD', KEYS[1], expiry, ARGV[2])
@@ -89,11 +128,15 @@ end
 redis.call('ZADD', KEYS[1], expiry, ARGV[2])
 return 1
 """
+)
 
-# KEYS: as _ADMIT
+# KEYS: as _SETTLE
 # ARGV: tenant, task id, cost (seconds), weight, fair (0/1)
 # Returns the tenants with held work, lowest virtual time first (the pump's order).
-_RELEASE = """
+_RELEASE = (
+    _SETTLE
+    + """
+settle(KEYS[1], ARGV[1], now)
 local removed = redis.call('ZREM', KEYS[1], ARGV[2])
 if ARGV[5] == '1' and removed == 1 then
   local member = ARGV[1] .. '|' .. ARGV[2]
@@ -130,6 +173,7 @@ for i = 1, #waiting do
 end
 return out
 """
+)
 
 
 @dataclass(frozen=True)
@@ -180,7 +224,8 @@ class RedisGate:
         ttl_ms = int(pol.slot_ttl_s * 1000)
         cap, weight = pol.cap(tenant_id), pol.weight(tenant_id)
         args: list[str | int | float] = [
-            tenant_id, task_id, ttl_ms, cap, fair, pol.quantum_s, weight
+            tenant_id, task_id, ttl_ms, cap, fair, pol.quantum_s, weight,
+            tenant_inflight_key(self.prefix, ""),
         ]  # fmt: skip
         return bool(self._admit(keys=self._keys(tenant_id), args=args))
 

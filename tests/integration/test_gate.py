@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from agent_jobs.core.contracts import TaskRequest
-from agent_jobs.core.names import tenant_inflight_key
+from agent_jobs.core.names import gate_provisional_key, gate_vt_key, tenant_inflight_key
 from agent_jobs.core.states import Status
 from agent_jobs.gateway import ModelCapSaturated, RedisModelSlots
 from agent_jobs.orchestrator import workflow as wf
@@ -197,3 +197,45 @@ def test_held_tasks_are_pumped_by_the_sweeper_after_a_lost_release(
     redis.Redis.from_url(redis_url).zadd(tenant_inflight_key(prefix, tenant), {first: 1})
     assert h.sweepers.held() == 1
     assert [d.task_id for d in h.publisher.queue] == [second]
+
+
+def test_a_slot_that_expired_is_settled_and_its_tenant_leaves_the_fair_share_queue(
+    redis_url: str, prefix: str
+) -> None:
+    """Issue 29 item 5: a holder that died leaves an expired slot. Its provisional charge stands
+    (the estimate is all anyone will learn of that step), its provisional record goes, and its
+    tenant, with nothing in flight and nothing held, stops being backlogged: before, it stayed
+    the lowest virtual time for ever and every other tenant was held one quantum past it."""
+    client = redis.Redis.from_url(redis_url)
+    gate = _gate(redis_url, prefix, fair_share=True, quantum_s=0.25)
+    assert gate.admit("dead", "d0")
+    gate.release("dead", "d0", 0.4)  # its steps cost 0.4 s: the next admission is charged that
+    assert gate.admit("dead", "d1")
+    charged = gate.virtual_times()["dead"]
+    assert charged == pytest.approx(0.8)
+    # d1's worker died: nobody releases it. Its slot's expiry passes (moved in Redis, not slept).
+    client.zadd(tenant_inflight_key(prefix, "dead"), {"d1": 1})
+    for i in range(4):  # another tenant works on, well past one quantum beyond "dead"
+        assert gate.admit("live", f"l{i}"), f"step {i} of the live tenant was held"
+        gate.release("live", f"l{i}", 0.5)
+    assert gate.virtual_times()["live"] == pytest.approx(2.0)
+    assert client.hget(gate_provisional_key(prefix), "dead|d1") is None
+    assert gate.virtual_times()["dead"] == pytest.approx(charged)  # charged once, not refunded
+    assert client.zscore(gate_vt_key(prefix), "dead") is None
+
+
+def test_a_release_after_the_slot_expired_neither_charges_twice_nor_keeps_it_backlogged(
+    redis_url: str, prefix: str
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    gate = _gate(redis_url, prefix, fair_share=True, quantum_s=0.25)
+    assert gate.admit("slow", "s0")
+    gate.release("slow", "s0", 0.4)
+    assert gate.admit("slow", "s1")  # charged 0.4 on admission
+    client.zadd(tenant_inflight_key(prefix, "slow"), {"s1": 1})  # ran past its slot's ttl
+    assert gate.admit("slow", "s2")  # the tenant's next admission finds s1's slot expired
+    gate.release("slow", "s1", 0.4)  # ... then s1 finishes: the charge made at admission stands
+    gate.release("slow", "s2", 0.4)
+    assert gate.virtual_times()["slow"] == pytest.approx(1.2)
+    assert client.hget(gate_provisional_key(prefix), "slow|s1") is None
+    assert client.zscore(gate_vt_key(prefix), "slow") is None
