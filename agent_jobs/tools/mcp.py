@@ -34,6 +34,10 @@ classification turns on:
   unknown method, invalid params) is `ServiceRejected`; any other is `ServiceFailed`;
 - an answer the SDK cannot parse: `ServiceFailed(transient=False)`.
 
+Every answer is bounded before it is read (`tools.mcp_transport`: an HTTP body, JSON or event
+stream, and a stdio line, each at most `MAX_MESSAGE_BYTES`): a larger one is
+`ServiceFailed("response_too_large")`, whatever the stopped read made the SDK report.
+
 Every failure is counted by code in `McpToolSource.failures` (and, through the executor's
 audit, in the tool-call metrics).
 """
@@ -54,9 +58,8 @@ from typing import Any, TypeVar
 import anyio
 import httpx2
 import mcp_types
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
@@ -85,6 +88,7 @@ from agent_jobs.tools.mcp_content import (
     result_value,
     scrub,
 )
+from agent_jobs.tools.mcp_transport import bounded_stdio_client, capped_http_client
 
 __all__ = [
     "CLEANUP_GRACE_S",
@@ -106,9 +110,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# One message from a streamable-HTTP server, as the SDK reads it (an SSE event): a larger answer
-# fails the call as `response_too_large`, as the HTTP adapter's limit does. A stdio server's
-# messages are lines the SDK reads whole: only the timeout bounds them.
+# One answer from a server, bounded before it is read (`tools.mcp_transport`): an HTTP response
+# body (one JSON body or an event stream), an SSE event, a stdio line. A larger one fails the
+# call as `response_too_large`, as the HTTP adapter's limit does.
 MAX_MESSAGE_BYTES = 1024 * 1024
 # Pages of `tools/list` read before giving up on a server that never stops paginating.
 MAX_LIST_PAGES = 20
@@ -135,9 +139,14 @@ class McpUnavailable(AgentJobsError):
 
 @dataclass
 class _Phase:
-    """Where a call is: whether the `tools/call` request has left (set just before it does)."""
+    """Where a call is: whether the `tools/call` request has left (set just before it does),
+    and why the transport stopped reading an answer, if it did (`tools.mcp_transport`)."""
 
     sent: bool = False
+    refused: str = ""
+
+    def refuse(self, why: str) -> None:
+        self.refused = self.refused or why
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -145,6 +154,15 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
     return [exc]
+
+
+def _too_large(phase: _Phase) -> ServiceFailed | None:
+    """The failure of a call whose answer the transport stopped reading: whatever the stopped
+    read caused (a closed stream, a parse error, a timeout), the cause was the answer's size,
+    which is neither a clean refusal nor something to resend blindly."""
+    if not phase.refused:
+        return None
+    return ServiceFailed("response_too_large", phase.refused, transient=False)
 
 
 def _signal(
@@ -236,7 +254,7 @@ class McpToolSource:
 
     async def _list_tools(self, secrets: Secrets, phase: _Phase) -> dict[str, mcp_types.Tool]:
         listed: dict[str, mcp_types.Tool] = {}
-        async with self._session(secrets) as session:
+        async with self._session(secrets, phase) as session:
             cursor: str | None = None
             for _ in range(MAX_LIST_PAGES):
                 params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
@@ -302,7 +320,7 @@ class McpToolSource:
             raise ServiceRejected("tool_misconfigured", str(e)) from None
 
         async def go(secrets: Secrets, phase: _Phase) -> mcp_types.CallToolResult:
-            async with self._session(secrets) as session:
+            async with self._session(secrets, phase) as session:
                 phase.sent = True
                 return await session.call_tool(decl.tool, args)
 
@@ -335,7 +353,7 @@ class McpToolSource:
         return Secrets(env=env)
 
     @contextlib.asynccontextmanager
-    async def _session(self, secrets: Secrets) -> AsyncIterator[ClientSession]:
+    async def _session(self, secrets: Secrets, phase: _Phase) -> AsyncIterator[ClientSession]:
         server = self.config.server
         async with contextlib.AsyncExitStack() as stack:
             if isinstance(server, StdioServer):
@@ -348,9 +366,12 @@ class McpToolSource:
                 )
                 # The server's stderr is its own business (and unbounded): not the worker's log.
                 errlog = stack.enter_context(open(os.devnull, "w"))  # noqa: SIM115
-                streams = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+                streams = await stack.enter_async_context(
+                    bounded_stdio_client(params, errlog, MAX_MESSAGE_BYTES, phase.refuse)
+                )
             else:
-                client = create_mcp_http_client(headers={**server.headers, **secrets.headers})
+                headers = {**server.headers, **secrets.headers}
+                client = capped_http_client(headers, MAX_MESSAGE_BYTES, phase.refuse)
                 await stack.enter_async_context(client)
                 streams = await stack.enter_async_context(
                     streamable_http_client(
@@ -393,9 +414,10 @@ class McpToolSource:
 
         threading.Thread(target=target, name=f"mcp:{self.name}", daemon=True).start()
         if not done.wait(timeout_s + CLEANUP_GRACE_S):
-            raise TransportFailed("timeout", f"no answer within {timeout_s}s", sent=phase.sent)
+            late = TransportFailed("timeout", f"no answer within {timeout_s}s", sent=phase.sent)
+            raise _too_large(phase) or late
         if "error" in box:
-            raise _signal(box["error"], phase, timeout_s, resolved.values())
+            raise _too_large(phase) or _signal(box["error"], phase, timeout_s, resolved.values())
         value: T = box["value"]
         return value
 

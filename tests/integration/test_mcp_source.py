@@ -311,12 +311,11 @@ def test_an_answer_over_the_message_limit_is_refused_not_retried(
     assert source.failures["response_too_large"] >= 1
 
 
-def test_a_huge_answer_over_stdio_is_capped(tmp_path: Path) -> None:
+def test_a_huge_answer_over_stdio_is_refused_as_over_the_message_limit(tmp_path: Path) -> None:
+    # A stdio line is bounded before it is read, as an HTTP answer is (tools.mcp_transport).
     ex = executor_for(stdio_source(tmp_path, (read("hostile"),)))
     out = run(ex, "shop.hostile", {"kind": "huge"})
-    assert isinstance(out, Ok)
-    assert out.result["truncated"] is True and out.result["structured"] is None
-    assert len(out.result["content"][0]["text"]) == MAX_RESULT_CHARS
+    assert isinstance(out, Rejected) and out.code == "response_too_large" and not out.transient
 
 
 @settings(
