@@ -36,14 +36,23 @@ if TYPE_CHECKING:
 
 # SQLite has no `now()`: `strftime` gives UTC with microsecond digits in the text format
 # SQLAlchemy stores, so the database's clock compares with stored times as text.
+# An engine whose dialect carries `VIRTUAL_CLOCK` (the simulator's, `store.seams.use_clock`)
+# reads the time from a function registered on each connection instead: the same text format.
+VIRTUAL_CLOCK = "aj_virtual_clock"
+
+
 @compiles(db_now, "sqlite")
 def _sqlite_now(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
+    if getattr(compiler.dialect, VIRTUAL_CLOCK, False):
+        return "aj_now(0.0)"
     return "strftime('%Y-%m-%d %H:%M:%f000', 'now')"
 
 
 @compiles(db_now_plus, "sqlite")
 def _sqlite_now_plus(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
     (seconds,) = list(element.clauses)
+    if getattr(compiler.dialect, VIRTUAL_CLOCK, False):
+        return f"aj_now({compiler.process(seconds, **kw)})"
     return (
         "strftime('%Y-%m-%d %H:%M:%f000', 'now', "
         f"printf('%+.6f seconds', {compiler.process(seconds, **kw)}))"
@@ -58,16 +67,23 @@ class SqliteBackend(Backend):
     def make_engine(self, url: str, *, pool_size: int, cfg: Settings | None) -> Engine:
         """WAL and a busy timeout, so the embedded worker's threads and a CLI in another
         process can share one file."""
+        return self.engine(url, keep_connections=False)
+
+    def engine(self, url: str, *, keep_connections: bool) -> Engine:
+        """`make_engine`'s engine; `keep_connections` pools them (the simulator's one thread:
+        each returned connection is rolled back, so it holds no lock between uses)."""
         memory = url in ("sqlite://", "sqlite:///:memory:")
         kwargs: dict[str, Any] = {
             "connect_args": {"check_same_thread": False, "timeout": 30},
             "json_serializer": to_json,
             "hide_parameters": True,
         }
-        if not memory:
+        if not memory and not keep_connections:
             # A pool of file connections would hold write locks across checkouts; a fresh
             # connection per use is cheap for SQLite and keeps every transaction short.
             kwargs["poolclass"] = NullPool
+        elif not memory:
+            kwargs["pool_size"] = 8
         engine = create_engine(url, **kwargs)
 
         @event.listens_for(engine, "connect")

@@ -1,0 +1,231 @@
+"""Running schedules: one from a seed (or a recorded choice sequence), many in a row, and the
+shrinking of a failing one to a short trace.
+
+Each schedule gets a database of its own, copied from a migrated template (a migration per
+schedule would cost more than the schedule), and the same three workers, broker and systems
+built afresh, so nothing carries over between schedules but the template.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from agent_jobs.simulation.choices import Choices
+from agent_jobs.simulation.clock import VirtualClock
+from agent_jobs.simulation.oracle import Violation
+from agent_jobs.simulation.scenarios import SCENARIOS
+from agent_jobs.simulation.world import Report, World
+from agent_jobs.store import Store
+from agent_jobs.store.engine import make_engine
+from agent_jobs.store.migrate import upgrade
+from agent_jobs.store.seams import OpenTransactions, simulated_sqlite, use_clock
+
+DEFAULT_ACTIONS = 60
+
+
+@dataclass
+class Outcome:
+    seed: int
+    report: Report
+    violation: Violation | None
+    drawn: list[int]
+    error: BaseException | None = None  # the simulator itself failed (not an invariant)
+
+    @property
+    def failed(self) -> bool:
+        return self.violation is not None or self.error is not None
+
+    @property
+    def invariant(self) -> str:
+        if self.violation is not None:
+            return self.violation.invariant
+        return f"crash:{type(self.error).__name__}" if self.error is not None else ""
+
+
+class Databases:
+    """One SQLite engine for every schedule of a process, on a file that a migrated template is
+    copied over before each schedule: the engine's compiled statements outlive the schedules,
+    the data does not. Its clock is whichever world runs now."""
+
+    def __init__(self) -> None:
+        # In memory where the machine has a tmpfs: a schedule commits hundreds of times.
+        shm = Path("/dev/shm")
+        self._dir = Path(tempfile.mkdtemp(prefix="aj-sim-", dir=shm if shm.is_dir() else None))
+        self.template = self._dir / "template.db"
+        self.path = self._dir / "schedule.db"
+        built = self._dir / "built.db"
+        engine = make_engine(f"sqlite:///{built}")
+        upgrade(engine)
+        engine.dispose()
+        with sqlite3.connect(built) as db:
+            db.execute(f"VACUUM INTO '{self.template}'")
+        built.unlink()
+        self.clock = VirtualClock()
+        self.engine = simulated_sqlite(f"sqlite:///{self.path}")
+        use_clock(self.engine, self._now)
+        self.transactions = OpenTransactions(self.engine)
+
+    def _now(self) -> datetime:
+        return self.clock.now()  # the clock of the world running now
+
+    @contextmanager
+    def fresh(self) -> Iterator[Store]:
+        self.engine.dispose()
+        for suffix in ("-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        shutil.copyfile(self.template, self.path)
+        # Held open for the schedule: the last connection to close a WAL database checkpoints
+        # it and deletes the log, and the runtime's connections come and go by the hundred.
+        hold = sqlite3.connect(self.path)
+        hold.execute("PRAGMA journal_mode=WAL")
+        try:
+            yield Store(self.engine)
+        finally:
+            self.engine.dispose()
+            hold.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def run_schedule(
+    databases: Databases,
+    seed: int,
+    *,
+    scenario: str = "example",
+    actions: int = DEFAULT_ACTIONS,
+    replay: Sequence[int] | None = None,
+) -> Outcome:
+    choices = Choices(seed, replay)
+    with databases.fresh() as store, _quiet_logs():
+        world = World(seed, store, SCENARIOS[scenario](), choices, databases.transactions)
+        databases.clock = world.clock
+        try:
+            report = world.run(actions)
+            return Outcome(seed, report, None, choices.drawn)
+        except Violation as v:
+            world.trace(f"VIOLATION {v}")
+            return Outcome(seed, world.report, v, choices.drawn)
+        except Exception as exc:  # the simulator or the runtime broke in a way it should not
+            world.trace(f"ERROR {type(exc).__name__}: {exc}")
+            return Outcome(seed, world.report, None, choices.drawn, error=exc)
+
+
+@dataclass
+class Summary:
+    schedules: int = 0
+    seconds: float = 0.0
+    steps: int = 0
+    sends: int = 0
+    faults: int = 0
+    failures: list[Outcome] = field(default_factory=list)
+
+    @property
+    def per_second(self) -> float:
+        return self.schedules / self.seconds if self.seconds else 0.0
+
+
+def explore(
+    seeds: Sequence[int],
+    *,
+    scenario: str = "example",
+    actions: int = DEFAULT_ACTIONS,
+    stop_at_first: bool = False,
+    progress: Callable[[Summary], None] | None = None,
+) -> Summary:
+    summary = Summary()
+    databases = Databases()
+    started = time.perf_counter()
+    try:
+        for seed in seeds:
+            outcome = run_schedule(databases, seed, scenario=scenario, actions=actions)
+            summary.schedules += 1
+            summary.steps += outcome.report.steps
+            summary.sends += outcome.report.sends
+            summary.faults += sum(outcome.report.faults.values())
+            if outcome.failed:
+                summary.failures.append(outcome)
+                if stop_at_first:
+                    break
+            summary.seconds = time.perf_counter() - started
+            if progress is not None:
+                progress(summary)
+    finally:
+        databases.close()
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def shrink(
+    outcome: Outcome,
+    *,
+    scenario: str = "example",
+    actions: int = DEFAULT_ACTIONS,
+    budget: int = 300,
+) -> Outcome:
+    """The shortest, simplest choice sequence found (within `budget` runs) that still breaks
+    the same invariant: chunks deleted, then values lowered toward 0 (the plain choice)."""
+    databases = Databases()
+    best = outcome
+    runs = 0
+
+    def attempt(candidate: list[int]) -> bool:
+        nonlocal best, runs
+        runs += 1
+        tried = run_schedule(
+            databases, outcome.seed, scenario=scenario, actions=actions, replay=candidate
+        )
+        if tried.failed and tried.invariant == outcome.invariant:
+            # What the run actually drew is the sequence to keep (past the end it drew 0s).
+            best = tried
+            return True
+        return False
+
+    try:
+        size = max(1, len(best.drawn) // 2)
+        while size >= 1 and runs < budget:
+            i = 0
+            changed = False
+            while i < len(best.drawn) and runs < budget:
+                candidate = best.drawn[:i] + best.drawn[i + size :]
+                if not attempt(candidate):
+                    i += size
+                else:
+                    changed = True
+            if not changed:
+                size //= 2
+        i = 0
+        while i < len(best.drawn) and runs < budget:
+            value = best.drawn[i]
+            if value > 0:
+                for smaller in (0, value // 2, value - 1):
+                    if smaller < value and attempt(
+                        [*best.drawn[:i], smaller, *best.drawn[i + 1 :]]
+                    ):
+                        break
+            i += 1
+    finally:
+        databases.close()
+    return best
+
+
+@contextmanager
+def _quiet_logs() -> Iterator[None]:
+    """The runtime logs every failure it handles; a schedule injects hundreds on purpose."""
+    root = logging.getLogger("agent_jobs")
+    level = root.level
+    root.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        root.setLevel(level)

@@ -1,0 +1,614 @@
+"""One simulated deployment: the real orchestrator, store, sweepers and levers, several workers,
+a broker, the business systems and an operator, all in one thread, every choice drawn from one
+`Choices`.
+
+A schedule (`World.run`) submits a few tasks, then takes actions one at a time: deliver a step
+message to a worker, run a sweeper, move the clock, decide an approval, cancel, flip a lever,
+lose or repeat messages. Faults are drawn as it goes: a worker dies before a statement, before
+or after a send; a statement fails as Postgres fails (timeouts, deadlocks, a lost connection);
+a business system throttles, refuses, times out, lags. Inside a step, wherever no transaction
+is open (after each store call, while a business system holds a request), other work may run
+in between, as it would on another machine: an approval decided while the step holds the
+lease, a sweeper that finds the lease lapsed, a cancel. Then the world heals (faults off, levers
+off, approvals decided) and settles, and the oracle judges the end.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from agent_jobs.config import Settings
+from agent_jobs.core.contracts import TaskRequest
+from agent_jobs.core.errors import ApprovalError, IdempotencyConflict
+from agent_jobs.core.states import TERMINAL, Status
+from agent_jobs.ops import live
+from agent_jobs.ops.live import StoreSwitches
+from agent_jobs.ops.service import OpsService
+from agent_jobs.ops.switches import ALL, Kind
+from agent_jobs.orchestrator.leases import LeaseKeeper
+from agent_jobs.orchestrator.registry import WorkflowRegistry
+from agent_jobs.orchestrator.runner import Orchestrator
+from agent_jobs.orchestrator.sweepers import Sweepers
+from agent_jobs.simulation.broker import SimBroker
+from agent_jobs.simulation.choices import Choices
+from agent_jobs.simulation.clock import VirtualClock
+from agent_jobs.simulation.oracle import Levers, Oracle, Violation
+from agent_jobs.simulation.scenarios import Scenario
+from agent_jobs.simulation.systems import Call, Hooks
+from agent_jobs.store import Lease, Store
+from agent_jobs.store import ids as id_source
+from agent_jobs.store.seams import (
+    DATABASE_ERRORS,
+    OpenTransactions,
+    database_error,
+    on_statement,
+)
+
+log = logging.getLogger(__name__)
+
+SETTINGS = Settings(
+    lease_ttl_s=30.0,
+    dispatch_grace_s=60.0,
+    retry_base_s=0.5,
+    retry_max_s=20.0,
+    max_attempts=4,
+    max_reconcile_attempts=4,
+    outage_wait_s=5.0,
+    outage_retry_max_s=1.0,
+    throttle_max_wait_s=600.0,
+)
+SWEEPS = ("lease", "dispatch", "retry", "unknown", "approvals", "held")
+ACTIONS = {
+    "deliver": 44,
+    "sweep": 12,
+    "advance": 12,
+    "decide": 9,
+    "broker": 4,
+    "lever": 4,
+    "cancel": 3,
+    "submit": 3,
+    "two_sweepers": 2,
+}
+NESTED = {
+    "nothing": 70,
+    "decide": 8,
+    "sweep": 6,
+    "deliver": 6,
+    "advance": 5,
+    "cancel": 2,
+    "lever": 3,
+}
+APPROVER = "approver-1"
+
+
+class WorkerCrashed(BaseException):
+    """The simulated worker process died here (a BaseException: no step code catches it)."""
+
+
+@dataclass
+class StepFaults:
+    """What goes wrong in one step: before its `crash_at`-th statement the worker dies, or the
+    `error_at`-th statement fails with `error`; around a send it dies (`send`)."""
+
+    crash_at: int | None = None
+    error_at: int | None = None
+    error: str = ""
+    send: str = ""  # "", "before" or "after"
+    statements: int = 0
+
+
+@dataclass
+class Worker:
+    name: str
+    incarnation: int
+    orchestrator: Orchestrator
+    keeper: SimKeeper
+
+    @property
+    def owner_name(self) -> str:
+        return f"{self.name}.{self.incarnation}"
+
+
+class SimKeeper(LeaseKeeper):
+    """Lease renewal without a thread: the world renews held leases when the clock moves, for
+    live workers (a worker in the middle of a slow call renews too: its process is alive)."""
+
+    def _ensure_thread(self) -> None:
+        return None
+
+    def held(self) -> list[Lease]:
+        with self._lock:
+            return [h.lease for h in self._held.values() if not h.lost]
+
+
+@dataclass
+class Context:
+    worker: Worker | None
+    faults: StepFaults
+    levers_at_start: Levers
+
+
+@dataclass
+class Report:
+    seed: int
+    steps: int = 0
+    sends: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    trace: list[str] = field(default_factory=list)
+
+
+class World(Hooks):
+    def __init__(
+        self,
+        seed: int,
+        store: Store,
+        scenario: Scenario,
+        choices: Choices,
+        transactions: OpenTransactions,
+    ) -> None:
+        self.seed = seed
+        self.store = store
+        self.choices = choices
+        self.clock = VirtualClock()  # the database reads it too (run.Databases)
+        self.report = Report(seed)
+        self.calls: list[Call] = []
+        self.scenario = scenario
+        self.oracle = Oracle(store, scenario.policies)
+        self.broker = SimBroker(choices)
+        self.transactions = transactions
+        self.stack: list[Context] = []
+        self.quiet = 0  # >0: the world's own reads (the oracle): no faults, no interleaving
+        # Each task's version when the last fault happened: a task that has not moved since
+        # may have lost its message to that fault (the sweepers' job); one that moved after
+        # it, and then waits with no message, was stranded by the runtime itself.
+        self.excused: dict[str, int] = {}
+        self.excuse_pending = False
+        self.healing = False
+        self.lever_state = Levers()
+        self._remove_hook = on_statement(store.engine, self._statement)
+        self.registry = WorkflowRegistry()
+        scenario.install(self, self.registry)
+        self.switches = StoreSwitches(store, clock=self.clock.monotonic)
+        self.ops = OpsService(store, self.broker.publish)
+        self.workers = [self._worker(f"w{i}", 1) for i in range(1, 4)]
+        self.sweepers = Sweepers(
+            cast(Store, _Interleaving(store, self)),
+            self.broker,
+            SETTINGS,
+            self.broker,
+            rand=self.choices.unit,
+        )
+        self.submitted = 0
+
+    # -- set up ------------------------------------------------------------------------------
+
+    def _worker(self, name: str, incarnation: int) -> Worker:
+        settings = SETTINGS.with_overrides(worker_id=f"{name}.{incarnation}")
+        proxy = cast(Store, _Interleaving(self.store, self))
+        keeper = SimKeeper(proxy, settings.lease_ttl_s)
+        orch = Orchestrator(
+            proxy,
+            self.registry,
+            self.broker,
+            settings,
+            keeper=keeper,
+            rand=self.choices.unit,
+            sleep=self.clock.advance,
+        )
+        return Worker(name, incarnation, orch, keeper)
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        """The process-wide seams pointed at this world for the schedule's length."""
+        previous_ids = id_source.use(
+            id_source.IdSource(
+                self.clock.millis, lambda n: bytes(self.choices.draw(256) for _ in range(n))
+            )
+        )
+        previous_switches = live.install(self.switches)
+        try:
+            yield
+        finally:
+            live.install(previous_switches)
+            id_source.use(previous_ids)
+            self._remove_hook()
+
+    def _random_bytes(self, n: int) -> bytes:
+        return bytes(self.choices.draw(256) for _ in range(n))
+
+    # -- hooks the systems and the store call ------------------------------------------------
+
+    def caller(self) -> str:
+        ctx = self._ctx()
+        return ctx.worker.owner_name if ctx and ctx.worker else "operator"
+
+    def _ctx(self) -> Context | None:
+        return self.stack[-1] if self.stack else None
+
+    def before_send(self) -> None:
+        ctx = self._ctx()
+        if ctx is not None and ctx.faults.send == "before" and not self.quiet:
+            self._fault("crash_before_send")
+            raise WorkerCrashed("before the request left")
+
+    def received(self, call: Call) -> None:
+        if call.kind != "send":
+            return
+        self.report.sends += 1
+        ctx = self._ctx()
+        at_start = ctx.levers_at_start if ctx is not None else self.lever_state
+        with self.reading():
+            self.oracle.on_send(call, self.calls, self.clock.now(), self.lever_state, at_start)
+
+    def during_call(self, where: str) -> None:
+        ctx = self._ctx()
+        if ctx is not None and where == "send applied" and ctx.faults.send == "after":
+            self._fault("crash_after_send")
+            raise WorkerCrashed("after the system applied the request")
+        self.interleave(where)
+
+    def slow_call(self) -> None:
+        # Longer than a lease: whoever waits on this call may find its lease gone.
+        self._fault("slow_call")
+        self.clock.advance(SETTINGS.lease_ttl_s + self.choices.draw(60))
+
+    def _statement(self, sql: str) -> None:
+        ctx = self._ctx()
+        if ctx is None or self.quiet or self.healing:
+            return
+        f = ctx.faults
+        n = f.statements
+        f.statements += 1
+        if f.crash_at == n:
+            self._fault("crash_at_statement")
+            raise WorkerCrashed(f"before statement {n}: {sql[:60]}")
+        if f.error_at == n:
+            self._fault(f"db_{f.error}")
+            raise database_error(f.error, sql)
+
+    def after_store_call(self, name: str) -> None:
+        if self.transactions.count == 0:
+            self.interleave(f"after store.{name}")
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        self.quiet += 1
+        try:
+            yield
+        finally:
+            self.quiet -= 1
+
+    def _fault(self, kind: str) -> None:
+        self.excuse_pending = True  # read after the action: a transaction may be open here
+        self.report.faults[kind] = self.report.faults.get(kind, 0) + 1
+        self.trace(f"  fault: {kind}")
+
+    def trace(self, line: str) -> None:
+        self.report.trace.append(line)
+
+    # -- the schedule ------------------------------------------------------------------------
+
+    def run(self, actions: int) -> Report:
+        with self.installed():
+            tasks = 1 + self.choices.draw(3)
+            for _ in range(tasks):
+                self.submit()
+            for _ in range(actions):
+                self.act(self.choices.weighted(ACTIONS))
+                self.check()
+                if self.settled():
+                    break
+            self.heal()
+            with self.reading():
+                self.oracle.final(self.scenario.applied())
+                for task_id in self.oracle.tasks:
+                    status = self.store.get(task_id).status.value
+                    self.report.outcomes[status] = self.report.outcomes.get(status, 0) + 1
+        return self.report
+
+    def settled(self) -> bool:
+        if self.broker.queue:
+            return False
+        with self.reading():
+            return all(t.status in TERMINAL for t in self.oracle.rows().values())
+
+    def check(self) -> None:
+        """After each action: the rows' invariants, and the tasks a fault in it excuses."""
+        if self.excuse_pending:
+            self.excuse_pending = False
+            with self.reading():
+                self.excused = {t.id: t.version for t in self.oracle.rows().values()}
+        with self.reading():
+            self.oracle.check_rows()
+
+    def act(self, action: str, nested: bool = False) -> None:
+        if action == "deliver":
+            self.deliver()
+        elif action == "sweep":
+            self.sweep(self.choices.pick(SWEEPS))
+        elif action == "two_sweepers":
+            kind = self.choices.pick(SWEEPS)
+            self.trace(f"two sweepers: {kind}")
+            self.sweep(kind, second=kind)
+        elif action == "advance":
+            self.advance()
+        elif action == "decide":
+            self.decide()
+        elif action == "broker":
+            self.broker_fault()
+        elif action == "lever":
+            self.lever()
+        elif action == "cancel":
+            self.cancel()
+        elif action == "submit":
+            self.submit()
+
+    def interleave(self, where: str) -> None:
+        if self.quiet or self.healing or len(self.stack) > 1 or not self.stack:
+            return
+        action = self.choices.weighted(NESTED)
+        if action == "nothing":
+            return
+        self.trace(f"  meanwhile ({where}): {action}")
+        self.stack.append(Context(None, StepFaults(), self.lever_state))
+        try:
+            self.act(action, nested=True)
+        finally:
+            self.stack.pop()
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def submit(self) -> None:
+        if self.submitted >= 4:
+            return
+        self.submitted += 1
+        name, inp = self.scenario.new_task(self.choices, self.submitted)
+        key = f"req-{self.submitted}"
+        if self.choices.chance(15):
+            key = f"req-{self.submitted - 1}"  # a retried request: the same task again
+        self.trace(f"submit {name} {key} {inp}")
+        request = TaskRequest(workflow=name, input=inp)
+        try:
+            task = self.workers[0].orchestrator.submit("acme", key, request, requester="tester")
+        except IdempotencyConflict:
+            self.trace("  refused: the same key with another payload")
+            return
+        if task.task.id not in self.oracle.tasks:
+            self.oracle.tasks.append(task.task.id)
+
+    def _faults(self) -> StepFaults:
+        if self.healing or not self.choices.chance(30):
+            return StepFaults()
+        kind = self.choices.pick(("crash", "error", "send_before", "send_after"))
+        at = self.choices.draw(24)
+        if kind == "crash":
+            return StepFaults(crash_at=at)
+        if kind == "error":
+            return StepFaults(error_at=at, error=self.choices.pick(DATABASE_ERRORS))
+        return StepFaults(send=kind.partition("_")[2])
+
+    def deliver(self) -> None:
+        message = self.broker.take()
+        if message is None:
+            if not self.stack and not self.excuse_pending:
+                self.check_stranded()
+            return
+        busy = {c.worker.name for c in self.stack if c.worker is not None}
+        free = [w for w in self.workers if w.name not in busy]
+        worker = free[self.choices.draw(len(free))]
+        self.report.steps += 1
+        faults = self._faults()
+        self.trace(f"{worker.owner_name} step {message.task_id[-6:]}")
+        self.stack.append(Context(worker, faults, self.lever_state))
+        try:
+            report = worker.orchestrator.run_step_waiting(
+                message.task_id, message.row, claim=message.claim
+            )
+            if report is not None:
+                self.trace(f"  -> {report.to_status.value if report.to_status else None}")
+        except WorkerCrashed as exc:
+            self.trace(f"  {worker.owner_name} died: {exc}")
+            self._restart(worker)
+            if self.choices.chance(50):
+                self.broker.redeliver(message)  # acks_late: the message comes back
+        except Exception as exc:
+            self._fault("step_raised")
+            self.trace(f"  step raised {type(exc).__name__}: {str(exc)[:80]}")
+        finally:
+            self.stack.pop()
+
+    def _restart(self, worker: Worker) -> None:
+        fresh = self._worker(worker.name, worker.incarnation + 1)
+        self.workers[self.workers.index(worker)] = fresh
+
+    def sweep(self, kind: str, second: str | None = None) -> None:
+        self.stack.append(Context(None, self._faults(), self.lever_state))
+        try:
+            n = self.sweepers.run(kind)
+            if second is not None:
+                n += self.sweepers.run(second)
+            self.trace(f"sweep {kind}: {n}")
+        except WorkerCrashed:
+            self.trace(f"sweep {kind}: beat died")
+        except Exception as exc:
+            self._fault("sweep_raised")
+            self.trace(f"sweep {kind} raised {type(exc).__name__}: {str(exc)[:80]}")
+        finally:
+            self.stack.pop()
+
+    def advance(self) -> None:
+        pick = self.choices.weighted({"small": 70, "lease": 20, "jump": 10})
+        seconds = {
+            "small": 0.1 + self.choices.draw(50) / 10,
+            "lease": SETTINGS.lease_ttl_s + self.choices.draw(40),
+            "jump": 100.0 + self.choices.draw(4000),
+        }[pick]
+        if seconds > SETTINGS.lease_ttl_s:
+            self.excuse_pending = True
+        self.trace(f"clock +{seconds:.1f}s")
+        self.clock.advance(seconds)
+        self._renew()
+
+    def _renew(self) -> None:
+        """Live workers' keepers renew what they hold (a dead worker's leases lapse)."""
+        for worker in self.workers:
+            for lease in worker.keeper.held():
+                if self.choices.chance(80):
+                    try:
+                        with self.reading():
+                            self.store.renew(lease, SETTINGS.lease_ttl_s)
+                    except Exception:
+                        worker.keeper.drop(lease)
+
+    def decide(self) -> None:
+        with self.reading():
+            pending = [
+                a
+                for t in self.oracle.tasks
+                for a in self.store.list_approvals("acme", status="pending", task_id=t)
+            ]
+        if not pending:
+            return
+        approval = pending[self.choices.draw(len(pending))]
+        grant = self.healing or not self.choices.chance(25)
+        approver = "tester" if self.choices.chance(5) and not self.healing else APPROVER
+        self.trace(f"{'grant' if grant else 'deny'} {approval.approval_id[-6:]} by {approver}")
+        try:
+            self.workers[0].orchestrator.decide_approval(
+                approval.approval_id, approver, grant=grant
+            )
+        except ApprovalError as exc:
+            self.trace(f"  decision refused: {type(exc).__name__}: {str(exc)[:80]}")
+
+    def cancel(self) -> None:
+        if not self.oracle.tasks:
+            return
+        task_id = self.oracle.tasks[self.choices.draw(len(self.oracle.tasks))]
+        self.trace(f"cancel {task_id[-6:]}")
+        result = self.workers[0].orchestrator.cancel(task_id)
+        if not result.accepted:
+            self.trace(f"  cancel refused: the task is {result.task.status.value}")
+
+    def broker_fault(self) -> None:
+        kind = self.choices.pick(("drop", "duplicate", "delay", "empty"))
+        self.trace(f"broker: {kind}")
+        if kind != "duplicate":
+            self._fault(f"broker_{kind}")
+        self.broker.fault(kind)
+
+    LEVERS = ("effects_stopped", "tool_disabled", "autonomy_threshold")
+
+    def lever(self) -> None:
+        name = self.choices.pick(self.LEVERS)
+        self.set_lever(name, on=not self._lever_on(name))
+
+    def _lever_on(self, name: str) -> bool:
+        lev = self.lever_state
+        return {
+            "effects_stopped": lev.effects_stopped,
+            "tool_disabled": bool(lev.tool_disabled),
+            "autonomy_threshold": lev.autonomy_minor is not None,
+        }[name]
+
+    def set_lever(self, name: str, *, on: bool) -> None:
+        kind = Kind(name)
+        target = self.scenario.effect_tool if kind is Kind.TOOL_DISABLED else ALL
+        self.trace(f"lever {name} {'on' if on else 'off'}")
+        try:
+            with self.reading():
+                if on:
+                    value: Any = 0 if kind is Kind.AUTONOMY_THRESHOLD else True
+                    self.ops.set(name, target=target, value=value, actor="sim", reason="drill")
+                else:
+                    self.ops.clear(name, target=target, actor="sim", reason="drill over")
+        except Exception as exc:
+            self.trace(f"  lever refused: {type(exc).__name__}: {exc}")
+            return
+        lev = self.lever_state
+        if kind is Kind.EFFECTS_STOPPED:
+            lev = Levers(on, lev.tool_disabled, lev.autonomy_minor)
+        elif kind is Kind.TOOL_DISABLED:
+            lev = Levers(
+                lev.effects_stopped, frozenset({target}) if on else frozenset(), lev.autonomy_minor
+            )
+        else:
+            lev = Levers(lev.effects_stopped, lev.tool_disabled, 0 if on else None)
+        self.lever_state = lev
+        with self.reading():
+            self.switches.reload()  # every process hears of it at once (pub/sub)
+
+    # -- liveness and the end ----------------------------------------------------------------
+
+    def check_stranded(self) -> None:
+        """The queue ran dry: a task that moved since the last fault must not wait for a
+        sweeper if it can move (a decided approval, a runnable status with no lease)."""
+        with self.reading():
+            for task_id, task in self.oracle.rows().items():
+                if task.lease_owner is not None or task.held_for is not None:
+                    continue
+                if self.excused.get(task_id, -1) >= task.version:
+                    continue
+                if task.status in (Status.RECEIVED, Status.RUNNING, Status.VERIFYING):
+                    raise Violation(
+                        "nothing_stranded", f"{task.id} {task.status.value}, no message"
+                    )
+                if task.status is Status.APPROVAL_WAIT:
+                    decided = [
+                        a
+                        for a in self.store.list_approvals("acme", task_id=task.id)
+                        if a.status in ("granted", "denied")
+                    ]
+                    if decided:
+                        raise Violation(
+                            "nothing_stranded",
+                            f"{task.id} waits in APPROVAL_WAIT on a {decided[0].status} approval "
+                            "with no message (until the dispatch grace)",
+                        )
+
+    def heal(self) -> None:
+        """Faults off, levers off, every approval decided; then run until nothing moves."""
+        self.trace("-- heal --")
+        self.healing = True
+        self.scenario.heal()
+        for name in self.LEVERS:
+            if self._lever_on(name):
+                self.set_lever(name, on=False)
+        for _ in range(60):
+            while self.broker.queue:
+                self.deliver()
+                self.check()
+            self.decide()
+            if self.settled():
+                return
+            self.clock.advance(SETTINGS.dispatch_grace_s + 1)
+            for kind in SWEEPS:
+                self.sweep(kind)
+
+
+class _Interleaving:
+    """The store as a worker or a sweeper sees it: after each call returns, the world may run
+    other work in between (only where no transaction is open)."""
+
+    _CONTEXTS = frozenset({"tx", "autocommit", "step_conn", "write_conn"})
+
+    def __init__(self, store: Store, world: World) -> None:
+        self._store = store
+        self._world = world
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._store, name)
+        if not callable(value) or name in self._CONTEXTS or name.startswith("_"):
+            return value
+        world = self._world
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = value(*args, **kwargs)
+            world.after_store_call(name)
+            return result
+
+        return call
