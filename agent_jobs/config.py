@@ -9,6 +9,7 @@ variable. The README's "Configuration" table is generated from this schema
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import threading
 from collections.abc import Mapping
@@ -184,6 +185,21 @@ class Settings(BaseModel):
         "are loaded too)",
         shown="—",
     )
+    # -- webhooks (notify/) ---------------------------------------------------------------------
+    webhook_allow_networks: tuple[str, ...] = _setting(
+        (),
+        "private, loopback or link-local networks a webhook URL may reach (refused otherwise, "
+        "at registration and after DNS at each connect): `10.20.0.0/16,127.0.0.1/32`",
+        shown="—",
+    )
+    webhook_allow_http: bool = _setting(
+        False, "`1`: plain `http://` webhook URLs outside the embedded mode", shown="off"
+    )
+    webhook_timeout_s: float = _setting(5.0, "webhook connect and read timeouts", gt=0, le=60)
+    webhook_max_endpoints: int = _setting(10, "webhook endpoints per tenant", ge=1, le=1000)
+    webhook_disable_after_s: float = _setting(
+        86400.0, "a webhook endpoint failing this long is disabled until its owner enables it", gt=0
+    )
     # -- Celery and the CLI --------------------------------------------------------------------
     step_acks: str = _setting(
         "memory",
@@ -344,6 +360,15 @@ class Settings(BaseModel):
     @classmethod
     def _module_names(cls, raw: Any) -> Any:
         return parse_module_names(raw)
+
+    @field_validator("webhook_allow_networks", mode="before")
+    @classmethod
+    def _networks(cls, raw: Any) -> Any:
+        if isinstance(raw, str):
+            raw = [part.strip() for part in raw.split(",") if part.strip()]
+        for net in raw:
+            ipaddress.ip_network(net, strict=False)  # ValueError names the bad one
+        return tuple(raw)
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

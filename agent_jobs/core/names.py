@@ -5,6 +5,8 @@ from __future__ import annotations
 # The Celery task that runs one step of one task (queue/tasks.py); its messages are what the
 # publisher sends and what the step acks (queue/step_acks.py) recognise.
 STEP_TASK = "agent_jobs.step"
+# The Celery task that makes one attempt at one webhook delivery (notify/), on the tenant's queue.
+DELIVER_TASK = "agent_jobs.deliver"
 
 
 def tenant_queue(prefix: str, tenant_id: str) -> str:

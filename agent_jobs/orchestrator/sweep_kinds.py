@@ -4,7 +4,17 @@ so the command line can offer the kinds without loading the store."""
 
 from __future__ import annotations
 
-KINDS = ("lease", "dispatch", "retry", "unknown", "approvals", "held", "retention", "archive")
+KINDS = (
+    "lease",
+    "dispatch",
+    "retry",
+    "unknown",
+    "approvals",
+    "held",
+    "retention",
+    "archive",
+    "webhooks",
+)
 # Sweepers that need not run at every sweep interval: pruning old rows can wait minutes.
 MIN_PERIOD_S = {"retention": 300.0, "archive": 300.0}
 

@@ -70,6 +70,14 @@ class Sweepers:
     def all(self) -> SweepReport:
         return SweepReport({kind: int(getattr(self, kind)()) for kind in KINDS})
 
+    def webhooks(self) -> int:
+        """Webhook deliveries whose timer is due back to their tenant's queue, and the warnings
+        for approvals about to expire (notify/sweeper.py)."""
+        from agent_jobs.notify.sweeper import sweep_webhooks  # noqa: PLC0415 - only when run
+        from agent_jobs.store.webhooks import WebhookStore  # noqa: PLC0415
+
+        return sweep_webhooks(WebhookStore(self.store.engine), self.settings)
+
     def _drain(self, take: Callable[[], list[Dispatch]]) -> int:
         total = 0
         for _ in range(MAX_BATCHES):

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from agent_jobs.core.names import STEP_TASK
+from agent_jobs.core.names import DELIVER_TASK, STEP_TASK
 from agent_jobs.orchestrator.sweep_kinds import KINDS
 from agent_jobs.queue.app import app
 from agent_jobs.queue.carried_rows import is_claim_hint
 from agent_jobs.queue.runtime import get_runtime
+from agent_jobs.queue.webhook_deliveries import publish_deliveries, run_delivery
+from agent_jobs.store import webhook_outbox
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,19 @@ def step(self: Any, task_id: str, carried: Any = None) -> None:
     if carried is not None and not claim and runtime.publisher.rows is not None:
         row = runtime.publisher.rows.decode(carried, task_id)
     runtime.orchestrator.run_step_waiting(task_id, row, claim=claim)
+
+
+@app.task(
+    bind=True, name=DELIVER_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True
+)
+def deliver(self: Any, delivery_id: int) -> None:
+    """One attempt at one webhook delivery, on its tenant's queue (queue/webhook_deliveries.py)."""
+    run_delivery(int(delivery_id))
+
+
+# A transition's committed webhook events are published at once from whichever process
+# committed it; the `webhooks` sweeper publishes any this missed.
+webhook_outbox.on_commit(publish_deliveries)
 
 
 def _sweep(kind: str) -> int:

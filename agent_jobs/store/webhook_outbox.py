@@ -102,7 +102,7 @@ def events_of(task: TaskRow, patch: Patch) -> list[Event]:
     req = patch.approval_request
     if req is not None:
         action = req.action
-        amount = {k: action.args[k] for k in _AMOUNT_KEYS if _short_scalar(action.args.get(k))}
+        amount = _amount(action.args)
         out.append(
             Event(
                 APPROVAL_REQUESTED,
@@ -130,6 +130,37 @@ def events_of(task: TaskRow, patch: Patch) -> list[Event]:
     ):
         out.append(Event(TASK_PARKED, {**base, "reason": cut(str(patch.data.get("reason")), 200)}))
     return out
+
+
+def _amount(args: Any) -> dict[str, Any]:
+    if not isinstance(args, dict):
+        return {}
+    return {k: args[k] for k in _AMOUNT_KEYS if _short_scalar(args.get(k))}
+
+
+def expiring_event(approval: Any) -> Event:
+    """`approval.expiring` for an approval row (a mapping) still pending near its expiry."""
+    task_id, approval_id = approval["task_id"], approval["id"]
+    return Event(
+        APPROVAL_EXPIRING,
+        {
+            "task_id": task_id,
+            "approval_id": approval_id,
+            "action": {
+                "tool": approval["tool"],
+                "tool_version": approval["tool_version"],
+                **_amount(approval["args"]),
+            },
+            "policy_version": approval["policy_version"],
+            "policy_reason": cut(str(approval["reason"]), 300),
+            "expires_at": approval["expires_at"].isoformat(),
+            "links": {
+                **links(task_id),
+                "approval": f"/v1/approvals/{approval_id}",
+                "console": f"/console/#/approvals/{approval_id}",
+            },
+        },
+    )
 
 
 def _short_scalar(value: Any) -> bool:

@@ -1,4 +1,5 @@
-"""Webhook endpoints, their signing secrets and the delivery outbox: the statements, by meaning.
+"""The webhook delivery outbox: its statements, by meaning (endpoints and secrets:
+`webhook_endpoints`).
 
 The outbox rows are written by the transition (`webhook_outbox.record`); here they are claimed,
 settled and listed. A delivery is claimed by one guarded statement (pending, due, and no earlier
@@ -16,40 +17,34 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Connection,
-    delete,
+    bindparam,
     func,
-    insert,
     literal_column,
     select,
     update,
 )
 
-from agent_jobs.core.errors import RecordNotFound
-from agent_jobs.store.base import StoreBase
-from agent_jobs.store.ids import new_id
-from agent_jobs.store.schema import webhook_deliveries, webhook_endpoints, webhook_secrets
+from agent_jobs.core.hashing import sha256_hex
+from agent_jobs.store.schema import (
+    approvals,
+    webhook_deliveries,
+    webhook_endpoints,
+)
 from agent_jobs.store.types import db_now, db_now_plus
-from agent_jobs.store.webhook_outbox import PRESENCE
+from agent_jobs.store.webhook_endpoints import WebhookEndpointStore
+from agent_jobs.store.webhook_outbox import (
+    APPROVAL_EXPIRING,
+    PRESENCE,
+    body_of,
+    delivery_values,
+    expiring_event,
+)
 
 _D = webhook_deliveries
 _E = webhook_endpoints
-_S = webhook_secrets
 # Written into the SQL (not bound), as the partial indexes' predicate reads: SQLite uses a
 # partial index only for a query that repeats its predicate term for term.
 _PENDING: ColumnElement[str] = literal_column("'pending'")
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    id: str
-    tenant_id: str
-    url: str
-    event_types: list[str]
-    description: str
-    failing_since: datetime | None
-    disabled_at: datetime | None
-    disabled_reason: str | None
-    created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -80,135 +75,13 @@ class Claimed:
     secrets: list[str]
 
 
-def _endpoint(row: Any) -> Endpoint:
-    m = row._mapping
-    return Endpoint(
-        id=m["id"],
-        tenant_id=m["tenant_id"],
-        url=m["url"],
-        event_types=list(m["event_types"] or []),
-        description=m["description"],
-        failing_since=m["failing_since"],
-        disabled_at=m["disabled_at"],
-        disabled_reason=m["disabled_reason"],
-        created_at=m["created_at"],
-    )
-
-
 def _delivery(row: Any) -> Delivery:
     m = row._mapping
     return Delivery(**{f: m[f] for f in Delivery.__dataclass_fields__})
 
 
-class WebhookStore(StoreBase):
-    # -- endpoints -------------------------------------------------------------------------------
-
-    def create_endpoint(
-        self, tenant_id: str, url: str, event_types: list[str], description: str, secret: str
-    ) -> Endpoint:
-        endpoint_id = new_id("whe")
-        with self.tx() as conn:
-            conn.execute(
-                insert(_E).values(
-                    id=endpoint_id,
-                    tenant_id=tenant_id,
-                    url=url,
-                    event_types=event_types,
-                    description=description,
-                    created_at=db_now(),
-                    updated_at=db_now(),
-                )
-            )
-            _insert_secret(conn, endpoint_id, secret)
-            row = conn.execute(select(_E).where(_E.c.id == endpoint_id)).one()
-        PRESENCE.forget(tenant_id)
-        return _endpoint(row)
-
-    def count_endpoints(self, tenant_id: str) -> int:
-        with self.engine.connect() as conn:
-            q = select(func.count()).select_from(_E).where(_E.c.tenant_id == tenant_id)
-            return int(conn.execute(q).scalar_one())
-
-    def endpoints(self, tenant_id: str) -> list[Endpoint]:
-        q = select(_E).where(_E.c.tenant_id == tenant_id).order_by(_E.c.created_at)
-        with self.engine.connect() as conn:
-            return [_endpoint(r) for r in conn.execute(q)]
-
-    def endpoint(self, tenant_id: str, endpoint_id: str) -> Endpoint:
-        """The tenant's endpoint, or `RecordNotFound` (another tenant's is not found either)."""
-        q = select(_E).where((_E.c.id == endpoint_id) & (_E.c.tenant_id == tenant_id))
-        with self.engine.connect() as conn:
-            row = conn.execute(q).first()
-        if row is None:
-            raise RecordNotFound(f"webhook endpoint {endpoint_id} not found")
-        return _endpoint(row)
-
-    def update_endpoint(
-        self,
-        tenant_id: str,
-        endpoint_id: str,
-        *,
-        url: str | None = None,
-        event_types: list[str] | None = None,
-        enabled: bool | None = None,
-    ) -> Endpoint:
-        values: dict[str, Any] = {"updated_at": db_now()}
-        if url is not None:
-            values["url"] = url
-        if event_types is not None:
-            values["event_types"] = event_types
-        if enabled is True:
-            values.update(disabled_at=None, disabled_reason=None, failing_since=None)
-        elif enabled is False:
-            values.update(disabled_at=db_now(), disabled_reason="disabled by its owner")
-        cond = (_E.c.id == endpoint_id) & (_E.c.tenant_id == tenant_id)
-        with self.tx() as conn:
-            if conn.execute(update(_E).where(cond).values(**values)).rowcount == 0:
-                raise RecordNotFound(f"webhook endpoint {endpoint_id} not found")
-            row = conn.execute(select(_E).where(cond)).one()
-        PRESENCE.forget(tenant_id)
-        return _endpoint(row)
-
-    def delete_endpoint(self, tenant_id: str, endpoint_id: str) -> None:
-        cond = (_E.c.id == endpoint_id) & (_E.c.tenant_id == tenant_id)
-        with self.tx() as conn:
-            # Its secrets and deliveries go with it (ON DELETE CASCADE; SQLite's is explicit).
-            owned = select(_E.c.id).where(cond).scalar_subquery()
-            conn.execute(delete(_S).where(_S.c.endpoint_id == owned))
-            conn.execute(delete(_D).where(_D.c.endpoint_id == owned))
-            if conn.execute(delete(_E).where(cond)).rowcount == 0:
-                raise RecordNotFound(f"webhook endpoint {endpoint_id} not found")
-        PRESENCE.forget(tenant_id)
-
-    # -- secrets -----------------------------------------------------------------------------------
-
-    def rotate_secret(
-        self, tenant_id: str, endpoint_id: str, secret: str, overlap_s: float
-    ) -> None:
-        """`secret` signs from now on; the current ones keep signing beside it for `overlap_s`
-        (receivers move to the new one without a gap: every message carries both signatures)."""
-        self.endpoint(tenant_id, endpoint_id)  # the tenant's wall
-        with self.tx() as conn:
-            conn.execute(
-                update(_S)
-                .where((_S.c.endpoint_id == endpoint_id) & _S.c.expires_at.is_(None))
-                .values(expires_at=db_now_plus(overlap_s))
-            )
-            conn.execute(
-                delete(_S).where((_S.c.endpoint_id == endpoint_id) & (_S.c.expires_at < db_now()))
-            )
-            _insert_secret(conn, endpoint_id, secret)
-
-    def live_secrets(self, conn: Connection, endpoint_id: str) -> list[str]:
-        q = (
-            select(_S.c.secret)
-            .where(
-                (_S.c.endpoint_id == endpoint_id)
-                & (_S.c.expires_at.is_(None) | (_S.c.expires_at > db_now()))
-            )
-            .order_by(_S.c.created_at.desc())
-        )
-        return [str(s) for s in conn.execute(q).scalars()]
+class WebhookStore(WebhookEndpointStore):
+    """Endpoints and secrets (`WebhookEndpointStore`), and the deliveries."""
 
     # -- deliveries: the worker's side ------------------------------------------------------------
 
@@ -292,7 +165,7 @@ class WebhookStore(StoreBase):
             conn.execute(
                 update(_D)
                 .where((_D.c.id == nxt) & (_D.c.attempts == 0))
-                .values(next_attempt_at=db_now())
+                .values(next_attempt_at=db_now(), updated_at=db_now())
             )
             return int(nxt)
 
@@ -373,6 +246,74 @@ class WebhookStore(StoreBase):
         with self.engine.connect() as conn:
             return [(str(t), int(i)) for t, i in conn.execute(q)]
 
+    def take_due(self, limit: int, quiet_s: float) -> list[tuple[str, int]]:
+        """(tenant, delivery id) of pending deliveries whose timer is due and that nobody
+        published since (its publish stamps `updated_at`) or in the last `quiet_s`: what the sweeper
+        publishes. A claim sorts out any duplicate and the order."""
+        q = self.backend.skip_locked(
+            select(_D.c.tenant_id, _D.c.id)
+            .where(
+                (_D.c.status == _PENDING)
+                & (_D.c.next_attempt_at <= db_now())
+                # Not published since it fell due (a retry's timer, a lapsed claim), or not
+                # in the last `quiet_s` (a new row, or the last sweep's).
+                & (
+                    (_D.c.updated_at < _D.c.next_attempt_at)
+                    | (_D.c.updated_at < db_now_plus(-quiet_s))
+                )
+            )
+            .order_by(_D.c.next_attempt_at)
+            .limit(limit)
+        )
+        with self.tx() as conn:
+            due = [(str(t), int(i)) for t, i in conn.execute(q)]
+            if due:
+                ids = [i for _, i in due]
+                conn.execute(update(_D).where(_D.c.id.in_(ids)).values(updated_at=db_now()))
+        return due
+
+    def warn_expiring(self, window_s: float) -> list[tuple[str, int]]:
+        """`approval.expiring` rows for pending approvals that expire within `window_s`, for
+        endpoints that want them: one per (approval, endpoint), whose message id is derived
+        from both, so a second sweep (or two at once) adds nothing."""
+        a = approvals
+        q = select(
+            a.c.id, a.c.task_id, a.c.tenant_id, a.c.tool, a.c.tool_version, a.c.args,
+            a.c.policy_version, a.c.reason, a.c.expires_at, a.c.status,
+        ).where(
+            a.c.status.in_(bindparam(None, ["pending", "granted"], expanding=True,
+                                     literal_execute=True))
+            & (a.c.expires_at <= db_now_plus(window_s))
+            & (a.c.expires_at > db_now())
+        )  # fmt: skip
+        out: list[tuple[str, int]] = []
+        with self.tx() as conn:
+            for row in conn.execute(q).all():
+                if row.status != "pending":
+                    continue
+                wanting = [
+                    e.id
+                    for e in conn.execute(
+                        select(_E.c.id, _E.c.event_types).where(
+                            (_E.c.tenant_id == row.tenant_id) & _E.c.disabled_at.is_(None)
+                        )
+                    )
+                    if APPROVAL_EXPIRING in (e.event_types or ())
+                ]
+                if not wanting:
+                    continue
+                body = body_of(expiring_event(row._mapping))
+                values = [
+                    {
+                        **delivery_values(ep, row.tenant_id, row.task_id, APPROVAL_EXPIRING, body),
+                        "msg_id": "msg_" + sha256_hex(f"{row.id}|{ep}|expiring")[:40],
+                    }
+                    for ep in wanting
+                ]
+                stmt = self.backend.insert_ignore(_D).values(values).returning(_D.c.id)
+                out.extend((row.tenant_id, int(i)) for i in conn.execute(stmt).scalars())
+        return out
+
     # -- deliveries: the owner's and the operator's side ----------------------------------------
 
     def deliveries(
@@ -427,11 +368,3 @@ class WebhookStore(StoreBase):
 def _fenced(d: Delivery) -> Any:
     # Only the attempt that claimed it settles it: a zombie's late answer changes nothing.
     return (_D.c.id == d.id) & (_D.c.attempts == d.attempts) & (_D.c.status == _PENDING)
-
-
-def _insert_secret(conn: Connection, endpoint_id: str, secret: str) -> None:
-    conn.execute(
-        insert(_S).values(
-            id=new_id("whs"), endpoint_id=endpoint_id, secret=secret, created_at=db_now()
-        )
-    )
