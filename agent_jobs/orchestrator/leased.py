@@ -92,8 +92,8 @@ class LeasedStep(RunnerBase):
         except ApprovalError as exc:
             # The grant was consumed or expired between our check and the intent's transaction.
             log.info("%s", exc)
-            self.store.release(session.lease)
-            return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
+            woke = self.store.release_step(session.lease)
+            return StepReport(task.id, task.status, None, tenant_id=task.tenant_id, dispatch=woke)
         except Deferred as exc:
             # A shared resource is saturated (the model cap): no transition, no failure; the
             # task is held without its lease until the gate's pump lets it out again.
@@ -106,8 +106,10 @@ class LeasedStep(RunnerBase):
             log.exception("step for %s (%s) failed", task.id, task.status)
             return self._record_failure(session, exc)
         if patch is None:
-            self.store.release(session.lease)
-            return StepReport(task.id, task.status, None, tenant_id=task.tenant_id)
+            # Nothing to do now; but a decision (or a cancel) that came while this step held
+            # the lease had its message dropped: the release hands the task a new one.
+            woke = self.store.release_step(session.lease)
+            return StepReport(task.id, task.status, None, tenant_id=task.tenant_id, dispatch=woke)
         try:
             return self._finish(session, patch)
         except Exception as exc:

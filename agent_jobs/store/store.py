@@ -274,6 +274,52 @@ class Store(
         with self.tx() as conn:
             return conn.execute(stmt).rowcount == 1
 
+    def release_step(self, lease: Lease) -> Dispatch | None:
+        """Give the lease back after a step that made no transition (it found nothing to do,
+        or its grant went stale), and say whether the task needs a step message now.
+
+        Whatever woke the task while the lease was held (an approval decided, a cancel asked
+        for) appended an event and published a step whose claim found the lease held and was
+        dropped; the task would wait out the dispatch grace. So when the event count moved
+        since the claim and the task is due (not terminal, not held, no timer pending), the
+        release records a dispatch in its transaction and returns it to be published."""
+        fence = (
+            (tasks.c.id == lease.task_id)
+            & (tasks.c.lease_epoch == lease.epoch)
+            & (tasks.c.lease_owner == lease.owner)
+        )
+        # The row's columns come back and are judged here: SQLite (3.40) evaluates
+        # `held_since IS NULL` in a RETURNING clause wrongly (false for a NULL).
+        released = (
+            update(tasks)
+            .where(fence)
+            .values(lease_owner=None, lease_expires_at=None)
+            .returning(
+                tasks.c.tenant_id,
+                tasks.c.status,
+                tasks.c.event_seq,
+                tasks.c.held_since,
+                tasks.c.next_attempt_at,
+                db_now().label("aj_now"),
+            )
+        )
+        with self.tx() as conn:
+            row = conn.execute(released).first()
+            woken = (
+                row is not None
+                and row.event_seq != lease.task.event_seq
+                and Status(row.status) not in TERMINAL
+                and row.held_since is None
+                and (row.next_attempt_at is None or row.next_attempt_at <= row.aj_now)
+            )
+            if not woken:
+                return None
+            assert row is not None
+            conn.execute(
+                update(tasks).where(tasks.c.id == lease.task_id).values(dispatched_at=db_now())
+            )
+        return Dispatch(lease.task_id, row.tenant_id)
+
     def append_event(self, task_id: str, type_: str, data: dict[str, Any]) -> None:
         """One event that changes no status, written now (an audit record that must outlive
         this worker, a late result): on Postgres one statement on an autocommit connection."""
