@@ -89,8 +89,24 @@ def cmd_submit(args: argparse.Namespace) -> int:
         request = TaskRequest(workflow=args.workflow, input=_json_object(raw))
     except ValidationError as exc:
         raise InvalidInput(validation_message(exc)) from None
+    from agent_jobs.cli import submit as bounded  # noqa: PLC0415
+
+    def say(line: str) -> None:
+        print(f"agent-jobs submit: {line}", file=sys.stderr, flush=True)
+
+    # Every wait bounded, a watchdog saying what it waits on, an answer within bounded.BUDGET_S.
+    with bounded.bounded_waits(), bounded.Watch(say, bounded.end_now) as watch:
+        try:
+            result, unsent = bounded.submit(
+                lambda: _runtime().orchestrator.submit(
+                    tenant, key, request, requester=args.requester, via="cli"
+                ),
+                watch,
+            )
+        except bounded.Unanswered as exc:
+            say(str(exc))
+            return bounded.EXIT_UNANSWERED
     rt = _runtime()
-    result = rt.orchestrator.submit(tenant, key, request, requester=args.requester, via="cli")
     if args.json:
         print(
             to_json(
@@ -108,6 +124,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
             print(f"(existing task for key {key!r}: {result.task.status.value})", file=sys.stderr)
         if rt.settings.embedded:
             print("(embedded mode: a running `agent-jobs run` picks it up)", file=sys.stderr)
+    if unsent is not None:
+        say(bounded.unsent_message(result.task.id, unsent))
     return 0
 
 
