@@ -19,27 +19,32 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from agent_jobs.config import Settings
 from agent_jobs.core.contracts import TaskRequest
-from agent_jobs.core.errors import ApprovalError, IdempotencyConflict
+from agent_jobs.core.errors import IdempotencyConflict
 from agent_jobs.core.states import TERMINAL, Status
 from agent_jobs.ops import live
-from agent_jobs.ops.live import StoreSwitches
-from agent_jobs.ops.service import OpsService
-from agent_jobs.ops.switches import ALL, Kind
-from agent_jobs.orchestrator.leases import LeaseKeeper
 from agent_jobs.orchestrator.registry import WorkflowRegistry
 from agent_jobs.orchestrator.runner import Orchestrator
 from agent_jobs.orchestrator.sweepers import Sweepers
 from agent_jobs.simulation.broker import SimBroker
 from agent_jobs.simulation.choices import Choices
 from agent_jobs.simulation.clock import VirtualClock
-from agent_jobs.simulation.oracle import Levers, Oracle, Violation
+from agent_jobs.simulation.operator import LEVERS, Operator
+from agent_jobs.simulation.oracle import Oracle, Violation
 from agent_jobs.simulation.scenarios import Scenario
 from agent_jobs.simulation.systems import Call, Hooks
-from agent_jobs.store import Lease, Store
+from agent_jobs.simulation.workers import (
+    Context,
+    Interleaving,
+    SimKeeper,
+    StepFaults,
+    Worker,
+    WorkerCrashed,
+)
+from agent_jobs.store import Store
 from agent_jobs.store import ids as id_source
 from agent_jobs.store.seams import (
     DATABASE_ERRORS,
@@ -82,54 +87,6 @@ NESTED = {
     "cancel": 2,
     "lever": 3,
 }
-APPROVER = "approver-1"
-
-
-class WorkerCrashed(BaseException):
-    """The simulated worker process died here (a BaseException: no step code catches it)."""
-
-
-@dataclass
-class StepFaults:
-    """What goes wrong in one step: before its `crash_at`-th statement the worker dies, or the
-    `error_at`-th statement fails with `error`; around a send it dies (`send`)."""
-
-    crash_at: int | None = None
-    error_at: int | None = None
-    error: str = ""
-    send: str = ""  # "", "before" or "after"
-    statements: int = 0
-
-
-@dataclass
-class Worker:
-    name: str
-    incarnation: int
-    orchestrator: Orchestrator
-    keeper: SimKeeper
-
-    @property
-    def owner_name(self) -> str:
-        return f"{self.name}.{self.incarnation}"
-
-
-class SimKeeper(LeaseKeeper):
-    """Lease renewal without a thread: the world renews held leases when the clock moves, for
-    live workers (a worker in the middle of a slow call renews too: its process is alive)."""
-
-    def _ensure_thread(self) -> None:
-        return None
-
-    def held(self) -> list[Lease]:
-        with self._lock:
-            return [h.lease for h in self._held.values() if not h.lost]
-
-
-@dataclass
-class Context:
-    worker: Worker | None
-    faults: StepFaults
-    levers_at_start: Levers
 
 
 @dataclass
@@ -160,6 +117,7 @@ class World(Hooks):
         self.scenario = scenario
         self.oracle = Oracle(store, scenario.policies)
         self.broker = SimBroker(choices)
+        self.operator = Operator(self)
         self.transactions = transactions
         self.stack: list[Context] = []
         self.quiet = 0  # >0: the world's own reads (the oracle): no faults, no interleaving
@@ -169,15 +127,12 @@ class World(Hooks):
         self.excused: dict[str, int] = {}
         self.excuse_pending = False
         self.healing = False
-        self.lever_state = Levers()
         self._remove_hook = on_statement(store.engine, self._statement)
         self.registry = WorkflowRegistry()
         scenario.install(self, self.registry)
-        self.switches = StoreSwitches(store, clock=self.clock.monotonic)
-        self.ops = OpsService(store, self.broker.publish)
         self.workers = [self._worker(f"w{i}", 1) for i in range(1, 4)]
         self.sweepers = Sweepers(
-            cast(Store, _Interleaving(store, self)),
+            cast(Store, Interleaving(store, self)),
             self.broker,
             SETTINGS,
             self.broker,
@@ -189,7 +144,7 @@ class World(Hooks):
 
     def _worker(self, name: str, incarnation: int) -> Worker:
         settings = SETTINGS.with_overrides(worker_id=f"{name}.{incarnation}")
-        proxy = cast(Store, _Interleaving(self.store, self))
+        proxy = cast(Store, Interleaving(self.store, self))
         keeper = SimKeeper(proxy, settings.lease_ttl_s)
         orch = Orchestrator(
             proxy,
@@ -210,7 +165,7 @@ class World(Hooks):
                 self.clock.millis, lambda n: bytes(self.choices.draw(256) for _ in range(n))
             )
         )
-        previous_switches = live.install(self.switches)
+        previous_switches = live.install(self.operator.switches)
         try:
             yield
         finally:
@@ -241,9 +196,9 @@ class World(Hooks):
             return
         self.report.sends += 1
         ctx = self._ctx()
-        at_start = ctx.levers_at_start if ctx is not None else self.lever_state
+        at_start = ctx.levers_at_start if ctx is not None else self.operator.levers
         with self.reading():
-            self.oracle.on_send(call, self.calls, self.clock.now(), self.lever_state, at_start)
+            self.oracle.on_send(call, self.calls, self.clock.now(), self.operator.levers, at_start)
 
     def during_call(self, where: str) -> None:
         ctx = self._ctx()
@@ -338,13 +293,13 @@ class World(Hooks):
         elif action == "advance":
             self.advance()
         elif action == "decide":
-            self.decide()
+            self.operator.decide()
         elif action == "broker":
             self.broker_fault()
         elif action == "lever":
-            self.lever()
+            self.operator.lever()
         elif action == "cancel":
-            self.cancel()
+            self.operator.cancel()
         elif action == "submit":
             self.submit()
 
@@ -355,7 +310,7 @@ class World(Hooks):
         if action == "nothing":
             return
         self.trace(f"  meanwhile ({where}): {action}")
-        self.stack.append(Context(None, StepFaults(), self.lever_state))
+        self.stack.append(Context(None, StepFaults(), self.operator.levers))
         try:
             self.act(action, nested=True)
         finally:
@@ -404,7 +359,7 @@ class World(Hooks):
         self.report.steps += 1
         faults = self._faults()
         self.trace(f"{worker.owner_name} step {message.task_id[-6:]}")
-        self.stack.append(Context(worker, faults, self.lever_state))
+        self.stack.append(Context(worker, faults, self.operator.levers))
         try:
             report = worker.orchestrator.run_step_waiting(
                 message.task_id, message.row, claim=message.claim
@@ -427,7 +382,7 @@ class World(Hooks):
         self.workers[self.workers.index(worker)] = fresh
 
     def sweep(self, kind: str, second: str | None = None) -> None:
-        self.stack.append(Context(None, self._faults(), self.lever_state))
+        self.stack.append(Context(None, self._faults(), self.operator.levers))
         try:
             n = self.sweepers.run(kind)
             if second is not None:
@@ -465,82 +420,12 @@ class World(Hooks):
                     except Exception:
                         worker.keeper.drop(lease)
 
-    def decide(self) -> None:
-        with self.reading():
-            pending = [
-                a
-                for t in self.oracle.tasks
-                for a in self.store.list_approvals("acme", status="pending", task_id=t)
-            ]
-        if not pending:
-            return
-        approval = pending[self.choices.draw(len(pending))]
-        grant = self.healing or not self.choices.chance(25)
-        approver = "tester" if self.choices.chance(5) and not self.healing else APPROVER
-        self.trace(f"{'grant' if grant else 'deny'} {approval.approval_id[-6:]} by {approver}")
-        try:
-            self.workers[0].orchestrator.decide_approval(
-                approval.approval_id, approver, grant=grant
-            )
-        except ApprovalError as exc:
-            self.trace(f"  decision refused: {type(exc).__name__}: {str(exc)[:80]}")
-
-    def cancel(self) -> None:
-        if not self.oracle.tasks:
-            return
-        task_id = self.oracle.tasks[self.choices.draw(len(self.oracle.tasks))]
-        self.trace(f"cancel {task_id[-6:]}")
-        result = self.workers[0].orchestrator.cancel(task_id)
-        if not result.accepted:
-            self.trace(f"  cancel refused: the task is {result.task.status.value}")
-
     def broker_fault(self) -> None:
         kind = self.choices.pick(("drop", "duplicate", "delay", "empty"))
         self.trace(f"broker: {kind}")
         if kind != "duplicate":
             self._fault(f"broker_{kind}")
         self.broker.fault(kind)
-
-    LEVERS = ("effects_stopped", "tool_disabled", "autonomy_threshold")
-
-    def lever(self) -> None:
-        name = self.choices.pick(self.LEVERS)
-        self.set_lever(name, on=not self._lever_on(name))
-
-    def _lever_on(self, name: str) -> bool:
-        lev = self.lever_state
-        return {
-            "effects_stopped": lev.effects_stopped,
-            "tool_disabled": bool(lev.tool_disabled),
-            "autonomy_threshold": lev.autonomy_minor is not None,
-        }[name]
-
-    def set_lever(self, name: str, *, on: bool) -> None:
-        kind = Kind(name)
-        target = self.scenario.effect_tool if kind is Kind.TOOL_DISABLED else ALL
-        self.trace(f"lever {name} {'on' if on else 'off'}")
-        try:
-            with self.reading():
-                if on:
-                    value: Any = 0 if kind is Kind.AUTONOMY_THRESHOLD else True
-                    self.ops.set(name, target=target, value=value, actor="sim", reason="drill")
-                else:
-                    self.ops.clear(name, target=target, actor="sim", reason="drill over")
-        except Exception as exc:
-            self.trace(f"  lever refused: {type(exc).__name__}: {exc}")
-            return
-        lev = self.lever_state
-        if kind is Kind.EFFECTS_STOPPED:
-            lev = Levers(on, lev.tool_disabled, lev.autonomy_minor)
-        elif kind is Kind.TOOL_DISABLED:
-            lev = Levers(
-                lev.effects_stopped, frozenset({target}) if on else frozenset(), lev.autonomy_minor
-            )
-        else:
-            lev = Levers(lev.effects_stopped, lev.tool_disabled, 0 if on else None)
-        self.lever_state = lev
-        with self.reading():
-            self.switches.reload()  # every process hears of it at once (pub/sub)
 
     # -- liveness and the end ----------------------------------------------------------------
 
@@ -557,7 +442,8 @@ class World(Hooks):
                     raise Violation(
                         "nothing_stranded", f"{task.id} {task.status.value}, no message"
                     )
-                if task.status is Status.APPROVAL_WAIT:
+                if task.status is Status.APPROVAL_WAIT and task.attempts == 0:
+                    # (attempts > 0: a failed step's backoff timer wakes it, by design)
                     decided = [
                         a
                         for a in self.store.list_approvals("acme", task_id=task.id)
@@ -575,40 +461,16 @@ class World(Hooks):
         self.trace("-- heal --")
         self.healing = True
         self.scenario.heal()
-        for name in self.LEVERS:
-            if self._lever_on(name):
-                self.set_lever(name, on=False)
+        for name in LEVERS:
+            if self.operator.lever_on(name):
+                self.operator.set_lever(name, on=False)
         for _ in range(60):
             while self.broker.queue:
                 self.deliver()
                 self.check()
-            self.decide()
+            self.operator.decide()
             if self.settled():
                 return
             self.clock.advance(SETTINGS.dispatch_grace_s + 1)
             for kind in SWEEPS:
                 self.sweep(kind)
-
-
-class _Interleaving:
-    """The store as a worker or a sweeper sees it: after each call returns, the world may run
-    other work in between (only where no transaction is open)."""
-
-    _CONTEXTS = frozenset({"tx", "autocommit", "step_conn", "write_conn"})
-
-    def __init__(self, store: Store, world: World) -> None:
-        self._store = store
-        self._world = world
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._store, name)
-        if not callable(value) or name in self._CONTEXTS or name.startswith("_"):
-            return value
-        world = self._world
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            result = value(*args, **kwargs)
-            world.after_store_call(name)
-            return result
-
-        return call

@@ -1,0 +1,87 @@
+"""The simulated worker processes: each an `Orchestrator` of its own (its own lease owner),
+with a lease keeper the world drives instead of a thread, the faults drawn for the step it runs,
+and the store as it sees it: after each call, the world may run other work in between."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agent_jobs.orchestrator.leases import LeaseKeeper
+from agent_jobs.orchestrator.runner import Orchestrator
+from agent_jobs.simulation.oracle import Levers
+from agent_jobs.store import Lease, Store
+
+if TYPE_CHECKING:
+    from agent_jobs.simulation.world import World
+
+
+class WorkerCrashed(BaseException):
+    """The simulated worker process died here (a BaseException: no step code catches it)."""
+
+
+@dataclass
+class StepFaults:
+    """What goes wrong in one step: before its `crash_at`-th statement the worker dies, or the
+    `error_at`-th statement fails with `error`; around a send it dies (`send`)."""
+
+    crash_at: int | None = None
+    error_at: int | None = None
+    error: str = ""
+    send: str = ""  # "", "before" or "after"
+    statements: int = 0
+
+
+@dataclass
+class Worker:
+    name: str
+    incarnation: int
+    orchestrator: Orchestrator
+    keeper: SimKeeper
+
+    @property
+    def owner_name(self) -> str:
+        return f"{self.name}.{self.incarnation}"
+
+
+class SimKeeper(LeaseKeeper):
+    """Lease renewal without a thread: the world renews held leases when the clock moves, for
+    live workers (a worker in the middle of a slow call renews too: its process is alive)."""
+
+    def _ensure_thread(self) -> None:
+        return None
+
+    def held(self) -> list[Lease]:
+        with self._lock:
+            return [h.lease for h in self._held.values() if not h.lost]
+
+
+@dataclass
+class Context:
+    worker: Worker | None
+    faults: StepFaults
+    levers_at_start: Levers
+
+
+class Interleaving:
+    """The store as a worker or a sweeper sees it: after each call returns, the world may run
+    other work in between (only where no transaction is open)."""
+
+    _CONTEXTS = frozenset({"tx", "autocommit", "step_conn", "write_conn"})
+
+    def __init__(self, store: Store, world: World) -> None:
+        self._store = store
+        self._world = world
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._store, name)
+        if not callable(value) or name in self._CONTEXTS or name.startswith("_"):
+            return value
+        world = self._world
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = value(*args, **kwargs)
+            world.after_store_call(name)
+            return result
+
+        return call
