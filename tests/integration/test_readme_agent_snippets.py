@@ -17,7 +17,11 @@ from typing import Any
 
 import pytest
 
+from agent_jobs.agents import Agent
+from agent_jobs.agents.routes import MODEL_ROUTES, routes_and_providers
+from agent_jobs.core.errors import ConfigError
 from agent_jobs.core.states import Status
+from agent_jobs.gateway import OpenAICompatProvider, ScriptedProvider
 from agent_jobs.testing import AgentHarness, ScriptedModel
 from examples.order_cancel.model import scripted_model
 from examples.order_cancel.orders import DB_ENV, orders
@@ -48,7 +52,10 @@ def block(lang: str, marker: str) -> str:
 
 
 # What identifies each block a test below runs.
-RUN = {"python": ("McpSourceConfig(", "workflows = [agent]", "def test_")}
+RUN = {
+    "python": ("McpSourceConfig(", "workflows = [agent]", "def test_"),
+    "json": ('"routes"',),
+}
 
 
 def test_every_block_of_the_sections_is_run_here() -> None:
@@ -111,3 +118,27 @@ def test_the_test_block_passes_as_a_user_s_test_file(tmp_path: Path) -> None:
         timeout=300,
     )
     assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout[-3000:] + ran.stderr
+
+
+def test_the_routes_file_loads_and_serves_an_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "routes.json"
+    path.write_text(block("json", '"routes"'))
+    monkeypatch.setenv("LOCAL_LLM_KEY", "local-llm-key-0123456789")
+    scripted = ScriptedProvider(scripted_model)
+    routes, providers = routes_and_providers(str(path), scripted)
+    assert set(routes) == {"orders-scripted@2026-03", "orders@2026-03"}
+    local = providers["local"]
+    assert isinstance(local, OpenAICompatProvider) and local.base_url.endswith("/v1")
+    real = routes["orders@2026-03"]
+    assert real.fallback is not None and real.fallback.allowed_for == {"reply"}
+    assert real.budgets.max_calls_per_task == 10 and real.price_for(real.primary.model)
+    # An agent naming a route of the file runs on it, with its scripted model.
+    monkeypatch.setenv(MODEL_ROUTES, str(path))
+    agent = Agent("routed", prompt="p", model_route="orders-scripted@2026-03",
+                  scripted_model=scripted_model)  # fmt: skip
+    assert agent.services.gateway.route("orders-scripted@2026-03").primary.provider == "scripted"
+    monkeypatch.delenv("LOCAL_LLM_KEY")
+    with pytest.raises(ConfigError, match="LOCAL_LLM_KEY"):  # the key must be set to load it
+        routes_and_providers(str(path), scripted)
