@@ -1,8 +1,9 @@
 """Every fenced block of README's "Write your own agent" and "MCP tool sources" runs as shown:
 the MCP source against a real MCP server (its URL and key in the environment, as the block reads
 them), the agent as a working agent on the example's orders service, the test file as a user's
-test file, in a directory of its own, with only the fixtures installing agent_jobs gives pytest.
-A block added to those sections that no test here runs fails the first test."""
+test file, in a directory of its own, with only the fixtures installing agent_jobs gives pytest;
+the model routes file loaded as a worker loads it. A block added to those sections that no test
+here runs fails the first test."""
 
 from __future__ import annotations
 
