@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 MAX_TRANSCRIPT = 60
 NOTE_CHARS = 500
+MAX_REFUSALS = 10
 # A read's result the task keeps (as a fact and in the model's transcript): a business answer
 # is kilobytes; more would be written into the task's state at every step.
 MAX_RESULT_CHARS = 16_000
@@ -104,6 +105,11 @@ def _absorb(inp: wf.StepInput, state: dict[str, Any]) -> None:
     _note(state, _TOLD[r.kind].format(tool=tool, proposed=proposed, reason=r.reason, code=r.code))
     if r.kind == "redraft":
         state["draft"] = None
+    else:
+        # Kept for the outcome: why an effect it proposed was not applied.
+        refusal = {"kind": r.kind, "tool": named, "reason": cut(r.reason, NOTE_CHARS),
+                   "code": r.code or None}  # fmt: skip
+        state["refusals"] = [*(state.get("refusals") or []), refusal][-MAX_REFUSALS:]
 
 
 def _executor(agent: Agent) -> tuple[ToolExecutor, BufferedAudit]:
@@ -350,9 +356,19 @@ def verify(agent: Agent, inp: wf.StepInput) -> wf.Verdict:
             "effects": [_done(e) for e in facts.effects],
             "model_calls": usage(state).calls,
             "model_cost_inr": str(usage(state).cost),
+            "redrafts": int(state.get("redrafts") or 0),
+            "declined": _declined(state, facts),
         },
         state,
     )
+
+
+def _declined(state: dict[str, Any], facts: Facts) -> dict[str, Any] | None:
+    """Why the task ends without the effect it proposed: the last refusal it met (a policy's
+    or a person's denial, an approval that expired or failed revalidation, the system's
+    rejection). None when an effect was applied or none was refused."""
+    refusals = state.get("refusals") or []
+    return None if facts.effects or not refusals else dict(refusals[-1])
 
 
 def _done(effect: Any) -> dict[str, Any]:
