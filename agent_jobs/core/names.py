@@ -34,6 +34,27 @@ def submit_queue(prefix: str) -> str:
     return f"{prefix}.submit"
 
 
+def ready_queue(prefix: str) -> str:
+    """The queue a worker consumes to be served every tenant's queue through the ready ring
+    (queue/ready_ring.py). It has no list of its own: its messages come from the tenants'."""
+    return f"{prefix}.ready"
+
+
+def ready_ring_key(prefix: str) -> str:
+    """Redis list: the tenant queues that hold a message, each once, in the order served."""
+    return f"{prefix}:ready:ring"
+
+
+def ready_members_key(prefix: str) -> str:
+    """Redis set: the tenant queues in the ready ring."""
+    return f"{prefix}:ready:members"
+
+
+def ready_doorbell_key(prefix: str) -> str:
+    """Redis list: a token per published step (trimmed), which idle workers wait on."""
+    return f"{prefix}:ready:doorbell"
+
+
 def active_tenants_key(prefix: str) -> str:
     """Redis sorted set: tenant -> last dispatch (ms). Workers consume these tenants' queues."""
     return f"{prefix}:tenants:active"

@@ -12,6 +12,13 @@ a thousand-tenant deployment crawl. So:
 - a tenant idle for `tenant_idle_s` whose queue is empty is dropped; it is looked at again a
   couple of sync intervals later (and on every database re-read), and consumed again if a
   message slipped in meanwhile, so no step is stranded in a queue nobody consumes.
+
+On Redis with agent_jobs' transport the worker also consumes the ready ring's queue
+(`queue/ready_ring.py`), through which its channel serves every tenant queue: then the cost of a
+fetch does not depend on how many tenants are consumed, and the tenant queues are consumed so
+that Flower and `active_queues` show them. On every database re-read the known tenants' queues
+that hold a message are entered in the ring if they are not in it (a message an older release
+published, say).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import redis
 from celery import bootsteps
 
 from agent_jobs.core.names import shared_queue, tenant_of_queue, tenant_queue
+from agent_jobs.queue.ready_ring import ring_for
 from agent_jobs.queue.runtime import Runtime, get_runtime
 
 log = logging.getLogger(__name__)
@@ -81,6 +89,9 @@ class TenantQueues(bootsteps.StartStopStep):  # type: ignore[misc]
                 return
             self._reads += 1
             cfg = runtime.settings
+            ring = ring_for(cfg)
+            if ring is not None:
+                self._consume(c, ring.queue)
             wanted = set(runtime.directory.active(cfg.tenant_idle_s))
             db_tenants: set[str] | None = None
             if from_db or self._reads % DB_RESYNC_EVERY == 0:
@@ -88,6 +99,9 @@ class TenantQueues(bootsteps.StartStopStep):  # type: ignore[misc]
                 for tenant in db_tenants - wanted:
                     runtime.directory.touch(tenant)
                 wanted |= db_tenants
+                if ring is not None:
+                    queues = [tenant_queue(cfg.queue_prefix, t) for t in sorted(wanted)]
+                    ring.enroll(self._broker_client(runtime), queues)
             for tenant in sorted(wanted):
                 self._consume(c, tenant_queue(cfg.queue_prefix, tenant))
             self._drop_idle(c, runtime, wanted)
@@ -105,13 +119,17 @@ class TenantQueues(bootsteps.StartStopStep):  # type: ignore[misc]
         names = (q.name for q in c.task_consumer.queues)
         return {t for t in (tenant_of_queue(prefix, n) for n in names) if t is not None}
 
+    def _broker_client(self, runtime: Runtime) -> redis.Redis:
+        if self._broker is None:
+            url = runtime.settings.broker_url
+            self._broker = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        return self._broker
+
     def _queue_length(self, runtime: Runtime, queue: str) -> int | None:
         url = runtime.settings.broker_url
         if not url.startswith(("redis://", "rediss://")):
             return None  # no way to look; never drop (the embedded broker has few tenants)
-        if self._broker is None:
-            self._broker = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-        return int(self._broker.llen(queue))
+        return int(self._broker_client(runtime).llen(queue))
 
     def _drop_idle(self, c: Any, runtime: Runtime, wanted: set[str]) -> None:
         cfg = runtime.settings

@@ -68,6 +68,17 @@ METHODS: list[tuple[type, str, list[tuple[str, Any, Any]]]] = [
         [SELF, _arg("queue"), _arg("message"), ("kwargs", P.VAR_KEYWORD, P.empty)],
     ),
     (kombu_redis.Channel, "conn_or_acquire", [SELF, _arg("client", None)]),
+    # StepChannel's fetch through the ready ring (queue/ready_ring.py)
+    (kombu_redis.Channel, "_brpop_start", [SELF, _arg("timeout", None)]),
+    (kombu_redis.Channel, "_brpop_read", [SELF, ("options", P.VAR_KEYWORD, P.empty)]),
+    (kombu_redis.Channel, "_update_queue_cycle", [SELF]),
+    (kombu_redis.Channel, "_flush_brpop_reauth", [SELF]),
+    (
+        virtual.Channel,
+        "_lookup",
+        [SELF, _arg("exchange"), _arg("routing_key"), _arg("default", None)],
+    ),
+    (virtual.Transport, "_deliver", [SELF, _arg("message"), _arg("queue")]),
     (kombu_redis.Channel, "_create_client", [SELF, _arg("asynchronous", False)]),
     # transport.Connection: the display mapping as_uri resolves through
     (KombuConnection, "_info", [SELF, _arg("resolve", True)]),
@@ -98,6 +109,20 @@ def test_the_classes_and_attributes_we_subclass_or_read_are_there() -> None:
     assert "amqp" in inspect.signature(Celery).parameters
     # kombu honours an explicit transport over the URL's scheme (Connection.__init__).
     assert "transport" in inspect.signature(KombuConnection).parameters
+
+
+def test_the_channel_state_the_ready_ring_reads_and_sets_is_there() -> None:
+    """What StepChannel's fetch reads and sets on kombu's channel, as kombu's own fetch does:
+    the consumed queues, the pending-fetch markers the poller checks, the options it obeys."""
+    source = inspect.getsource(kombu_redis.Channel._brpop_start)
+    for name in ("self._in_poll", "self._brpop_sent_at", "self.client.connection.send_command"):
+        assert name in source, name
+    assert "self._in_poll = None" in inspect.getsource(kombu_redis.Channel._brpop_read)
+    assert "self._active_queues" in inspect.getsource(virtual.Channel.basic_consume)
+    for name in ("priority_steps", "global_keyprefix"):
+        assert name in kombu_redis.Channel.from_transport_options, name
+    assert isinstance(kombu_redis.Transport.brpop_timeout, int | float)  # copied to the channel
+    assert "self._expires" in inspect.getsource(kombu_redis.Channel._put)
 
 
 def test_our_classes_are_kombus_with_only_the_seam_replaced() -> None:
