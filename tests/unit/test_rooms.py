@@ -78,6 +78,10 @@ def _writes_status(node: ast.Call) -> bool:
     )
 
 
+# A first look, in the source, for the usual spellings only: a Core `values({tasks.c.status:
+# ...})` or a quoted `"tasks"` passes it. Every spelling is caught where it runs:
+# tests/integration/test_status_writes.py watches each statement the database receives during a
+# run of the real runtime and checks the stack it came from.
 # The SQLite backend builds its compare-and-set's values as a dict it splats (`**values`).
 _SQL_STATUS_WRITE = re.compile(r"UPDATE\s+tasks\s+SET[^;]*?\bstatus\s*=", re.S | re.I)
 WRITERS = {"store/transition.py", "store/backend/postgres_sql.py", "store/backend/sqlite.py"}
