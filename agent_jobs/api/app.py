@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped,unused-ignore]
 
 from agent_jobs import __version__
-from agent_jobs.api import approvals, console_api, operator, ops, releases, tasks
+from agent_jobs.api import approvals, console_api, operator, ops, releases, tasks, webhooks
 from agent_jobs.api.admission import build_admission
 from agent_jobs.api.auth import TokenVerifier
 from agent_jobs.api.deadline import Deadline
@@ -298,6 +298,7 @@ def create_app(runtime: ApiRuntime | None = None, settings: Settings | None = No
     install_console(app)
     app.include_router(operator.router)
     app.include_router(releases.router)
+    app.include_router(webhooks.router)
     # The middleware added last is the outermost: metrics see every response, 413s included.
     # Innermost of the three: the deadline's 503 is counted and timed like any answer.
     app.add_middleware(Deadline, seconds=cfg.api_request_timeout_s)

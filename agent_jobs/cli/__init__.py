@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         switches,
         tasks,
         trace,
+        webhooks,
         workflows,
     )
 
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for module in (tasks, ops, bench, trace, switches, incidents, workflows):
+    for module in (tasks, ops, bench, trace, switches, incidents, workflows, webhooks):
         module.register(sub)
     for extra in _optional_modules():
         extra.register(sub)
@@ -60,6 +61,7 @@ def _optional_modules() -> list[ModuleType]:
         "agent_jobs.cli.service",
         "agent_jobs.cli.evals",
         "agent_jobs.cli.releases",
+        "agent_jobs.cli.simulate",
     ):
         try:
             found.append(importlib.import_module(name))

@@ -82,6 +82,7 @@ class WebhookService:
         event_types: list[str] | None = None,
         enabled: bool | None = None,
     ) -> Endpoint:
+        self.ws.endpoint(tenant_id, endpoint_id)  # not found before any DNS lookup
         return self.ws.update_endpoint(
             tenant_id,
             endpoint_id,

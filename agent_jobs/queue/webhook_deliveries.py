@@ -9,6 +9,7 @@ found by the `webhooks` sweeper (its timer is due), a duplicate finds the row cl
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 from agent_jobs.core.names import DELIVER_TASK, shared_queue, tenant_queue
@@ -33,8 +34,11 @@ def webhook_store(runtime: Runtime) -> WebhookStore:
 
 def publish_deliveries(tenant_id: str, delivery_ids: list[int]) -> None:
     """Send one `agent_jobs.deliver` per delivery to the tenant's queue (a worker consumes it
-    from now on, as for a step)."""
-    runtime = get_runtime()
+    from now on, as for a step). A process that has no runtime (a test's harness, a script
+    over the store) builds none for this: the sweeper publishes what is due."""
+    runtime = built_runtime()
+    if runtime is None:
+        return
     pub = runtime.publisher
     if pub.shared:
         queue = shared_queue(pub.prefix)
@@ -44,6 +48,14 @@ def publish_deliveries(tenant_id: str, delivery_ids: list[int]) -> None:
             pub.app.control.add_consumer(queue, reply=False)
     for delivery_id in delivery_ids:
         pub.app.send_task(DELIVER_TASK, args=(delivery_id,), queue=queue, ignore_result=True)
+
+
+def built_runtime() -> Runtime | None:
+    """This process's runtime if it has one (built, or installed by `set_runtime`)."""
+    from agent_jobs.queue import runtime as runtimes  # noqa: PLC0415
+
+    current = runtimes._runtime
+    return current if current is not None and current.pid == os.getpid() else None
 
 
 def run_delivery(delivery_id: int) -> Attempt:
