@@ -131,6 +131,10 @@ _REFUSED = frozenset(
 )
 
 
+# How the SDK words the error it makes up for a JSON answer body it cannot parse.
+_UNREADABLE = "Failed to parse JSON response"
+
+
 class McpUnavailable(AgentJobsError):
     """The server could not be listed (unreachable, failing, or answering nonsense)."""
 
@@ -165,6 +169,30 @@ def _too_large(phase: _Phase) -> ServiceFailed | None:
     return ServiceFailed("response_too_large", phase.refused, transient=False)
 
 
+def _mcp_error(e: MCPError, sent: bool, secrets: Sequence[str]) -> AdapterSignal:
+    """A JSON-RPC error answering the call: the server's own, or one the SDK made up for an
+    answer it could not read (told apart by the SDK's words, held by the hostile-server tests)."""
+    if e.code == mcp_types.REQUEST_TIMEOUT:
+        return TransportFailed("timeout", "the request timed out", sent=sent)
+    message = cut(scrub(clean_text(str(e.message)), secrets), MAX_ERROR_CHARS)
+    if sent and e.code == mcp_types.CONNECTION_CLOSED and "byte limit" in message:
+        # The SDK's words for an SSE event over `max_sse_event_size` (httpx2's SSEError).
+        return ServiceFailed("response_too_large", message, transient=False)
+    if sent and e.code == mcp_types.PARSE_ERROR and message.startswith(_UNREADABLE):
+        # Not the server refusing our request: an answer we could not read, after the call
+        # left. For an effect that is an unknown outcome (reconciled by key), not a rejection.
+        return ServiceFailed("invalid_response", message, transient=False)
+    if not sent and e.code in _REFUSED:
+        # The handshake itself was refused (the SDK's reading of a 404 at the endpoint, an
+        # unknown method): a configuration to fix, like a 4xx, not a blip to retry.
+        return ServiceRejected("mcp_handshake_refused", message)
+    if e.code == mcp_types.CONNECTION_CLOSED or not sent:
+        return TransportFailed("connection_error", f"mcp error {e.code}", sent=sent)
+    if e.code in _REFUSED:
+        return ServiceRejected(f"mcp_error_{abs(e.code)}", message)
+    return ServiceFailed(f"mcp_error_{abs(e.code)}", message)
+
+
 def _signal(
     exc: BaseException, phase: _Phase, timeout_s: float, secrets: Sequence[str] = ()
 ) -> AdapterSignal:
@@ -181,21 +209,7 @@ def _signal(
     if isinstance(e, TimeoutError | httpx2.TimeoutException):
         return TransportFailed("timeout", f"no answer within {timeout_s}s", sent=sent)
     if isinstance(e, MCPError):
-        if e.code == mcp_types.REQUEST_TIMEOUT:
-            return TransportFailed("timeout", "the request timed out", sent=sent)
-        message = cut(scrub(clean_text(str(e.message)), secrets), MAX_ERROR_CHARS)
-        if sent and e.code == mcp_types.CONNECTION_CLOSED and "byte limit" in message:
-            # The SDK's words for an SSE event over `max_sse_event_size` (httpx2's SSEError).
-            return ServiceFailed("response_too_large", message, transient=False)
-        if not sent and e.code in _REFUSED:
-            # The handshake itself was refused (the SDK's reading of a 404 at the endpoint, an
-            # unknown method): a configuration to fix, like a 4xx, not a blip to retry.
-            return ServiceRejected("mcp_handshake_refused", message)
-        if e.code == mcp_types.CONNECTION_CLOSED or not sent:
-            return TransportFailed("connection_error", f"mcp error {e.code}", sent=sent)
-        if e.code in _REFUSED:
-            return ServiceRejected(f"mcp_error_{abs(e.code)}", message)
-        return ServiceFailed(f"mcp_error_{abs(e.code)}", message)
+        return _mcp_error(e, sent, secrets)
     if isinstance(e, ValidationError | ValueError | json.JSONDecodeError) and sent:
         return ServiceFailed("invalid_response", type(e).__name__, transient=False)
     if isinstance(e, httpx2.HTTPStatusError) and not sent:
