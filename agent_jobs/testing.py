@@ -9,7 +9,9 @@ without a broker. Step messages are kept in a list and run one at a time, in ord
 
 For an agent of your own (`agent_jobs.agents.Agent`): `AgentHarness` with a `ScriptedModel`
 (proposals built with `tool_calls` / `final_draft`), `FakeSystem` for its business system, and
-a worker that dies between two steps (`crash_next_effect`, then `recover`).
+a worker that dies between two steps (`crash_next_effect`, then `recover`). Installing
+agent_jobs also gives pytest the fixtures `store` (this store on SQLite, migrated) and
+`fake_system` (`agent_jobs.testing_fixtures`, a pytest plugin).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ A server's answer must not set a worker's memory. The SDK bounds one SSE event
 (`max_sse_event_size`) but reads a streamable-HTTP answer sent as one JSON body whole, and a
 stdio server's line whole, however long. Both are read here through a cap instead:
 
-- HTTP: `capped_http_client` is the SDK's client with a transport whose response bodies (JSON
-  or event stream, the call's and the session's GET stream alike) are counted as they arrive;
+- HTTP: `capped_http_client` is the SDK's client with every response body (JSON or event
+  stream, the call's and the session's GET stream alike) counted as it arrives;
   past the limit, or a declared `Content-Length` over it, or a compressed body (which could
   expand past any limit after it is counted; we ask for `identity`), the body stops with
   `AnswerRefused` (an `httpx2.StreamError`, which the SDK turns into an error for the waiting
@@ -74,41 +74,28 @@ class _CappedBody(httpx2.AsyncByteStream):
         await self._inner.aclose()
 
 
-class _CappedTransport(httpx2.AsyncBaseTransport):
-    def __init__(self, limit: int, over: Over) -> None:
-        self._inner = httpx2.AsyncHTTPTransport()
-        self._limit = limit
-        self._over = over
+def capped_http_client(headers: dict[str, str], limit: int, over: Over) -> httpx2.AsyncClient:
+    """The SDK's HTTP client (its timeouts, no redirects followed, proxies from the environment)
+    reading every response body through a cap of `limit` bytes (see the module docstring). The
+    cap is put on each response as it arrives (a response hook, before any byte of the body is
+    read), so every transport the client picks, a proxy's included, is bounded."""
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = await self._inner.handle_async_request(request)
+    async def cap(response: httpx2.Response) -> None:
         refusal = ""
         declared = response.headers.get("content-length", "").strip()
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        if declared.isdigit() and int(declared) > self._limit:
-            refusal = f"an answer of {declared} bytes declared, more than {self._limit}"
+        if declared.isdigit() and int(declared) > limit:
+            refusal = f"an answer of {declared} bytes declared, more than {limit}"
         elif encoding not in ("", "identity"):
             refusal = "a compressed answer (content-encoding), which could expand past any limit"
         stream = response.stream
         assert isinstance(stream, httpx2.AsyncByteStream)
-        return httpx2.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=_CappedBody(stream, self._limit, refusal, self._over),
-            extensions=response.extensions,
-        )
+        response.stream = _CappedBody(stream, limit, refusal, over)
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-def capped_http_client(headers: dict[str, str], limit: int, over: Over) -> httpx2.AsyncClient:
-    """The SDK's HTTP client (its timeouts, no redirects followed), reading every response body
-    through a cap of `limit` bytes (see the module docstring)."""
     return httpx2.AsyncClient(
         headers={**headers, "Accept-Encoding": "identity"},
         timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
-        transport=_CappedTransport(limit, over),
+        event_hooks={"response": [cap]},
     )
 
 

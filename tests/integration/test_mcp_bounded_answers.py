@@ -231,3 +231,18 @@ def test_a_stdio_answer_is_read_if_and_only_if_its_line_is_within_the_limit(
         refused_promptly(source)
     else:
         assert call(source)["truncated"] is True  # read, then cut to the result cap
+
+
+def test_an_answer_through_a_proxy_is_bounded_too(
+    hostile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The proxy from the environment is used (the host below does not resolve), and the cap
+    # holds on the proxy's transport as on the direct one.
+    proxy = hostile.removesuffix("/mcp")
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", proxy)
+    monkeypatch.setenv("http_proxy", proxy)
+    PLAN.update(framing="chunked", size=5 * 1024 * 1024)
+    server = HttpServer("http://mcp.example.invalid/mcp")
+    refused_promptly(McpToolSource(McpSourceConfig("h", server, (BLOB,))))
