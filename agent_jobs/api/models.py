@@ -12,9 +12,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent_jobs.api.redaction import redact_outcome
+from agent_jobs.api.redaction import redact_outcome, redact_text
 from agent_jobs.core.contracts import ApprovalStatus, ApprovalView, EventView, TaskView
 from agent_jobs.core.hashing import action_hash
+from agent_jobs.core.park import Park, ParkReason
 from agent_jobs.core.states import DisplayStatus, Status
 from agent_jobs.core.text import clean_text
 
@@ -65,6 +66,28 @@ class TaskCreated(_Model):
     trace_id: str = Field(description="W3C trace id (32 hex digits) of the task's trace.")
 
 
+class Parked(_Model):
+    """Why a task in RETRY_WAIT waits, and what it does on waking (its park reason)."""
+
+    reason: ParkReason
+    resume: Status = Field(description="The status waking leads to.")
+    waits_for: str
+    on_waking: str
+    detail: str = Field(
+        description="What happened, redacted: the error, the provider's answer, the lever."
+    )
+
+    @classmethod
+    def from_park(cls, park: Park) -> Parked:
+        return cls(
+            reason=park.reason,
+            resume=park.resume,
+            waits_for=park.waits_for,
+            on_waking=park.on_waking,
+            detail=redact_text(park.detail),
+        )
+
+
 class PendingAction(_Model):
     """The action a task waits to perform: identity and hash, never the arguments."""
 
@@ -100,6 +123,7 @@ class Task(_Model):
     )
     pending_action: PendingAction | None = None
     approval_id: str | None = None
+    park: Parked | None = Field(default=None, description="In RETRY_WAIT: why it waits.")
 
     @classmethod
     def from_view(cls, view: TaskView) -> Task:
@@ -134,6 +158,7 @@ class Task(_Model):
             outcome=redact_outcome(view.outcome),
             pending_action=pending,
             approval_id=view.approval_id,
+            park=Parked.from_park(view.park) if view.park is not None else None,
         )
 
 

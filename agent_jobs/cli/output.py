@@ -31,6 +31,12 @@ def task_text(view: TaskView) -> str:
         f"trace      {view.trace_id}",
         f"created    {_t(view.created_at)}   updated {_t(view.updated_at)}",
     ]
+    if view.park is not None:
+        park = view.park
+        lines.append(f"parked     {park.reason.value}: waits for {park.waits_for}")
+        lines.append(f"on waking  {park.on_waking} ({park.resume.value})")
+        if park.detail:
+            lines.append(f"why        {park.detail}")
     if view.approval_id:
         lines.append(f"approval   {view.approval_id}")
     if view.pending_action:

@@ -14,6 +14,7 @@ from agent_jobs.core.identity import (  # noqa: F401 - re-exported for existing 
     check_subject,
     check_tenant_id,
 )
+from agent_jobs.core.park import Park
 from agent_jobs.core.states import DisplayStatus, Status
 from agent_jobs.core.text import clean_json
 
@@ -99,6 +100,8 @@ class TaskView(Frozen):
     # Held at the dispatch gate, without a worker: a `core.holds.HoldReason` (`paused` by an
     # operator, `gate` for a cap or fair share, `model_cap`, `deferred`).
     held_for: str | None = None
+    # In RETRY_WAIT: why it waits and what it does on waking (`core.park`).
+    park: Park | None = None
 
 
 class EventView(Frozen):

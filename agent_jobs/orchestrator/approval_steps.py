@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from agent_jobs.core.contracts import Action, ApprovalView
+from agent_jobs.core.park import THROTTLES_KEY
 from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
 from agent_jobs.core.states import Status
 from agent_jobs.orchestrator import workflow as wf
@@ -60,7 +61,7 @@ class ApprovalSteps(StepBase):
             return None
         if problem == "expired":
             note(rt, "approval_expired_before_retry", approval_id=approval_id)
-        rt.pop("throttle", None)  # a person decides anew: the throttle's wait is over
+        rt.pop(THROTTLES_KEY, None)  # a person decides anew: the throttle's wait is over
         reason = auth.reason or "policy requires approval"
         return replace(self._ask(s, action, rt, auth, reason=reason), effect=closed)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent_jobs.core.contracts import Action
+from agent_jobs.core.park import PARK_KEY, THROTTLES_KEY, Park, ParkReason
 from agent_jobs.core.patch import ApprovalRequest, EffectWrite, Patch
 from agent_jobs.core.retry import backoff_s
 from agent_jobs.core.states import Status
@@ -63,7 +64,7 @@ class EffectSteps(StepBase):
         # Counters are per effect: a new action starts with none of the last one's failures.
         rt["effect_attempts"] = 0
         rt["reconcile_failures"] = 0
-        rt.pop("throttle", None)
+        rt.pop(THROTTLES_KEY, None)
         if auth.kind == "needs_approval":
             approval_id = new_id("apr")
             rt["approval_id"] = approval_id
@@ -126,7 +127,7 @@ class EffectSteps(StepBase):
         summary = action_summary(action)
         if isinstance(outcome, wf.EffectThrottled):
             return self.throttled(s, action, outcome, rt)
-        rt.pop("throttle", None)
+        rt.pop(THROTTLES_KEY, None)
         if isinstance(outcome, wf.EffectApplied):
             return self.committed(s, action, outcome.result, rt, event="effect_committed")
         if isinstance(outcome, wf.EffectRejected):
@@ -168,11 +169,12 @@ class EffectSteps(StepBase):
         self, s: Session, action: Action, outcome: wf.EffectThrottled, rt: dict[str, Any]
     ) -> Patch:
         """429/503 + Retry-After before commit: nothing was applied. Not an unknown outcome and
-        not a send of the key: park (holding nothing), keep the pending action and its consumed
-        approval, resend with the same key after the delay; escalate once the total wait would
-        pass `throttle_max_wait_s`."""
-        info = dict(rt.get("throttle") or {})
-        count = int(info.get("count", 0)) + 1
+        not a send of the key: park (holding nothing, THROTTLED), keep the pending action and
+        its consumed approval, resend with the same key after the delay; escalate once the total
+        wait would pass `throttle_max_wait_s`. An operator's lever holding the effect parks it
+        the same way (HELD_BY_OPERATOR), as long as the lever holds."""
+        so_far = dict(rt.get(THROTTLES_KEY) or {})
+        count = int(so_far.get("count", 0)) + 1
         if outcome.retry_after_s is None:
             delay = backoff_s(
                 count, self.settings.retry_base_s, self.settings.retry_max_s, self.rand() * 0.999
@@ -182,9 +184,12 @@ class EffectSteps(StepBase):
         delay = max(MIN_THROTTLE_DELAY_S, float(delay))
         reason = cut(outcome.reason, 200)
         summary = action_summary(action)
+        waited = float(so_far.get("waited_s", 0.0))
         if outcome.by_operator:
-            # An incident lever, not the provider: a switch never makes a task fail or escalate.
-            rt["throttle"] = {**info, "count": count, "reason": reason, "by_operator": True}
+            # An incident lever, not the provider: a switch never makes a task fail or escalate,
+            # and its wait does not count toward the throttle's bound.
+            rt[THROTTLES_KEY] = {"count": count, "waited_s": waited}
+            rt[PARK_KEY] = Park.of(ParkReason.HELD_BY_OPERATOR, reason).entry()
             return Patch(
                 to=S.RETRY_WAIT,
                 event="effect_throttled",
@@ -198,9 +203,9 @@ class EffectSteps(StepBase):
                 state=with_runtime(None, s.task.state, rt),
                 wake_in_s=delay,
             )
-        waited = float(info.get("waited_s", 0.0)) + delay
+        waited += delay
         if waited > self.settings.throttle_max_wait_s:
-            rt.pop("throttle", None)
+            rt.pop(THROTTLES_KEY, None)
             rt["pending_action"] = None
             why = (
                 f"the provider throttled the call for {waited - delay:.0f}s and asked for "
@@ -215,7 +220,8 @@ class EffectSteps(StepBase):
                 effect=EffectWrite(action, "failed", {"code": "throttled"}),
                 outcome={"reason": why},
             )
-        rt["throttle"] = {"count": count, "waited_s": round(waited, 3), "reason": reason}
+        rt[THROTTLES_KEY] = {"count": count, "waited_s": round(waited, 3)}
+        rt[PARK_KEY] = Park.of(ParkReason.THROTTLED, reason).entry()
         return Patch(
             to=S.RETRY_WAIT,
             event="effect_throttled",
@@ -225,17 +231,19 @@ class EffectSteps(StepBase):
         )
 
     def resend_after_throttle(self, s: Session, rt: dict[str, Any]) -> Patch:
-        """The throttled call again, with the same key: the intent still stands (it was never
-        applied), once the policy and levers of now allow it (`authorize_resend`)."""
+        """Woken from a park that resends (THROTTLED, HELD_BY_OPERATOR): the call again, with
+        the same key. The intent still stands (it was never applied), once the policy and levers
+        of now allow it (`authorize_resend`); the levers that hold effects are asked again by
+        `execute_after` itself."""
         action = Action.model_validate(rt["pending_action"])
         stopped = self.authorize_resend(s, action, rt, applied_nothing=True)
         if stopped is not None:
             return stopped
-        throttle = rt.get("throttle") or {}
+        so_far = rt.get(THROTTLES_KEY) or {}
         intent = Patch(
             to=S.EXECUTING,
             event="resend_after_throttle",
-            data={**action_summary(action), "waited_s": throttle.get("waited_s", 0.0)},
+            data={**action_summary(action), "waited_s": so_far.get("waited_s", 0.0)},
             state=with_runtime(None, s.task.state, rt),
             keep_lease=True,
         )

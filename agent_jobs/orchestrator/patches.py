@@ -14,16 +14,18 @@ from typing import Any
 from agent_jobs.config import Settings
 from agent_jobs.core.contracts import Action
 from agent_jobs.core.copies import deep_copy
+from agent_jobs.core.park import PARK_KEY, Park, ParkReason, current_runtime, park_of
 from agent_jobs.core.patch import EffectWrite, Patch
 from agent_jobs.core.retry import backoff_s
-from agent_jobs.core.states import EFFECT_IN_FLIGHT, RESUMABLE, Status, is_legal
+from agent_jobs.core.states import EFFECT_IN_FLIGHT, Status, is_legal
 from agent_jobs.core.text import cut
 
 S = Status
 MAX_NOTES = 20
 ERROR_MAX_CHARS = 500
 # Statuses that park on their own timer (each has a sweeper that wakes it when due): a failed
-# step there waits in place; any other status waits in RETRY_WAIT and resumes.
+# step there waits in place (RETRY_WAIT keeping its park reason); any other status waits in
+# RETRY_WAIT, parked as a failed step that resumes it (EXECUTING excepted: see _outcome_unknown).
 SELF_PARKING = frozenset({S.APPROVAL_WAIT, S.EXEC_UNKNOWN, S.RETRY_WAIT})
 
 
@@ -32,20 +34,15 @@ def error_text(exc: BaseException) -> str:
     return cut(f"{type(exc).__name__}: {exc}", ERROR_MAX_CHARS)
 
 
-def resume_status(raw: object) -> Status:
-    """Where a RETRY_WAIT resumes: the status whose step failed (RUNNING when none is named)."""
-    try:
-        status = Status(str(raw))
-    except ValueError:
-        return S.RUNNING
-    return status if status in RESUMABLE else S.RUNNING
-
-
 def wakes_to_resend(state: dict[str, Any]) -> bool:
-    """Whether a RETRY_WAIT task wakes to send its pending action again (after a throttle),
-    which asks the policy and levers first and so runs under a lease, not as a quick step."""
-    rt = state.get("runtime") or {}
-    return bool(rt.get("throttle") and rt.get("pending_action"))
+    """Whether a RETRY_WAIT task wakes to send its pending action again (its park reason
+    resends), which asks the policy and levers first and so runs under a lease, not as a quick
+    step. An unreadable park entry too: its failure is then counted under the lease."""
+    try:
+        park = park_of(S.RETRY_WAIT, state.get("runtime") or {})
+    except ValueError:
+        return True
+    return park is not None and park.resends
 
 
 def with_runtime(
@@ -105,10 +102,12 @@ def failed_attempt(task: Any, error: str, settings: Settings, rand: float) -> Pa
     from is the last one committed."""
     status = task.status
     attempt = task.attempts + 1
+    rt = current_runtime(status, deep_copy(task.state.get("runtime") or {}))
     if attempt >= settings.max_attempts:
         # Where an effect may have been sent, or has been, a person must look: ESCALATED.
         escalate = status in EFFECT_IN_FLIGHT or not is_legal(status, S.FAILED)
         reason = f"{attempt} consecutive failed attempts; last: {error}"
+        rt.pop(PARK_KEY, None)  # it waits for nothing any more
         return Patch(
             to=S.ESCALATED if escalate else S.FAILED,
             event="dead_lettered",
@@ -117,15 +116,15 @@ def failed_attempt(task: Any, error: str, settings: Settings, rand: float) -> Pa
             last_error=error,
             dead_letter=reason,
             outcome={"reason": reason, "attempts": attempt, "dead_letter": True},
+            state=with_runtime(None, task.state, rt),
         )
-    rt = deep_copy(task.state.get("runtime") or {})
     delay = backoff_s(attempt, settings.retry_base_s, settings.retry_max_s, rand * 0.999)
     if status is S.EXECUTING:
         return _outcome_unknown(task, rt, error, attempt, delay)
     to = status
     if status not in SELF_PARKING:
         to = S.RETRY_WAIT  # RETRY_WAIT's own step resumes the status that failed
-        rt["resume"] = status.value
+        rt[PARK_KEY] = Park.of(ParkReason.STEP_FAILED, error, resume=status).entry()
     return Patch(
         to=to,
         event="step_failed",
@@ -158,9 +157,7 @@ def _outcome_unknown(
             last_error=error,
             outcome={"reason": f"a step failed during an effect with no readable record: {error}"},
         )
-    # What the wait in RETRY_WAIT read is void: the next look is a reconcile, not a resend.
-    rt.pop("throttle", None)
-    rt.pop("resume", None)
+    rt.pop(PARK_KEY, None)  # the next look is a reconcile, never a resend
     return Patch(
         to=S.EXEC_UNKNOWN,
         event="step_failed",

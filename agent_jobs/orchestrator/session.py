@@ -13,6 +13,7 @@ from typing import Any
 
 from agent_jobs.core.contracts import Action
 from agent_jobs.core.copies import deep_copy
+from agent_jobs.core.park import current_runtime
 from agent_jobs.core.patch import Patch
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.store import Lease, PendingEvent
@@ -34,7 +35,10 @@ class Session:
         return self.lease.task
 
     def runtime(self) -> dict[str, Any]:
-        return deep_copy(self.lease.task.state.get("runtime") or {})
+        """A copy of the orchestrator's runtime entry, in the current shape (a row an earlier
+        release wrote has its leftover keys folded into its park reason: `core.park`)."""
+        t = self.lease.task
+        return current_runtime(t.status, deep_copy(t.state.get("runtime") or {}))
 
     def peek(self) -> wf.StepInput:
         """The input without copies, for a hook that only reads (`quick`)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from agent_jobs.config import Settings
 from agent_jobs.core.contracts import Action
+from agent_jobs.core.park import PARK_KEY, Park, ParkReason
 from agent_jobs.core.patch import ApprovalUse, EffectWrite, Patch
 from agent_jobs.core.retry import backoff_s
 from agent_jobs.core.states import Status, is_legal
@@ -69,20 +70,24 @@ class StepBase(ABC):
             self.observer.reconciled("entered_unknown")
         return patch
 
-    def cancelled(self, s: Session) -> Patch:
+    def cancelled(self, s: Session, park: Park | None = None) -> Patch:
+        """End the task as cancelled; `park`: the park reason it was waiting for (RETRY_WAIT)."""
         rt = s.runtime()
         use = None
         if rt.get("approval_id"):
             use = ApprovalUse(rt["approval_id"], "void")
         effect = None
-        if rt.get("throttle") and rt.get("pending_action"):
-            # Parked after a throttled call: the system of record said it applied nothing.
+        if park is not None and park.resends:
+            # Parked before a resend: the system of record refused the call (a throttle) or an
+            # operator's lever held it; nothing was applied, so the intent is closed as failed.
             action = Action.model_validate(rt["pending_action"])
             effect = EffectWrite(action, "failed", {"code": "throttled_then_cancelled"})
+        rt.pop(PARK_KEY, None)
         return Patch(
             to=S.CANCELLED,
             event="cancelled",
             data={},
+            state=with_runtime(None, s.task.state, rt),
             outcome={"cancelled": True},
             approval_use=use,
             effect=effect,
@@ -131,6 +136,7 @@ class StepBase(ABC):
         )
         if after is not None:
             delay = max(delay, after)
+        new_state["runtime"] = {**rt, PARK_KEY: Park.of(ParkReason.RETRY, reason).entry()}
         return Patch(
             to=S.RETRY_WAIT,
             event="retry_scheduled",

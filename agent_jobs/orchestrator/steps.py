@@ -7,7 +7,8 @@ is the effect attempted (invariant 3) — `Session.commit_keep` does that interm
 `Steps` is the one object the runner calls, one method per status. It is put together from
 mixins, one module per path through the state machine:
 
-- here: RECEIVED, RUNNING (the workflow's decision), RETRY_WAIT and VERIFYING;
+- here: RECEIVED, RUNNING (the workflow's decision), RETRY_WAIT (woken as its park reason,
+  `core.park`, says) and VERIFYING;
 - `effect_steps.EffectSteps`: an action from its policy decision to its outcome (the intent,
   EXECUTING, a throttled call and its resend, EXEC_UNKNOWN and reconciliation);
 - `approval_steps.ApprovalSteps`: asking for approval, APPROVAL_WAIT, revalidating a grant;
@@ -23,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent_jobs.core.errors import Deferred, InvalidInput
+from agent_jobs.core.park import PARK_KEY, Park, ParkReason, park_of, resume_status
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.retry import backoff_s
 from agent_jobs.core.states import Status
@@ -37,8 +39,6 @@ from agent_jobs.orchestrator.patches import (
     failed_attempt,
     lease_lost,
     note,
-    resume_status,
-    wakes_to_resend,
     with_runtime,
     worker_lost,
 )
@@ -132,18 +132,21 @@ class Steps(EffectSteps, ApprovalSteps):
     # -- RETRY_WAIT and VERIFYING ----------------------------------------------------------
 
     def retry_wait(self, s: Session) -> Patch:
-        if s.task.cancel_requested:
-            return self.cancelled(s)
+        """Wake as the park reason says, and only as it says (invariant 12); the entry is
+        cleared on waking. A cancel ends the task unless waking must first resolve an effect
+        whose outcome is unknown."""
         rt = s.runtime()
-        if wakes_to_resend(s.task.state):
+        park = park_of(S.RETRY_WAIT, rt)
+        assert park is not None  # `s.runtime()` gives a RETRY_WAIT row its park entry
+        if s.task.cancel_requested and park.cancellable:
+            return self.cancelled(s, park)
+        del rt[PARK_KEY]
+        if park.resends:
             return self.resend_after_throttle(s, rt)
-        if "resume" not in rt:  # the common case: a Retry decision, back to RUNNING
-            return Patch(to=S.RUNNING, event="retry_due", data={"attempt": s.task.attempts})
-        resume = resume_status(rt.pop("resume"))
         return Patch(
-            to=resume,
+            to=park.resume,
             event="retry_due",
-            data={"attempt": s.task.attempts, "resume": resume.value},
+            data={"attempt": s.task.attempts, "park": park.reason.value, "resume": park.resume},
             state=with_runtime(None, s.task.state, rt),
         )
 
@@ -212,7 +215,7 @@ class Steps(EffectSteps, ApprovalSteps):
         delay = backoff_s(
             failures, self.settings.retry_base_s, self.settings.retry_max_s, self.rand() * 0.999
         )
-        rt["resume"] = S.VERIFYING.value
+        rt[PARK_KEY] = Park.of(ParkReason.VERIFY_ERROR, error).entry()
         return Patch(
             to=S.RETRY_WAIT,
             event="verify_error",

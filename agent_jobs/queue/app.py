@@ -18,6 +18,8 @@ from agent_jobs.config import settings
 from agent_jobs.queue.celery_config import app_settings
 from agent_jobs.queue.consumers import TenantQueues
 from agent_jobs.queue.runtime import bind_app
+from agent_jobs.queue.webhook_deliveries import publish_deliveries
+from agent_jobs.store import webhook_outbox
 
 
 class OnFirstRead(Mapping[str, Any]):
@@ -61,3 +63,6 @@ app.config_from_object(OnFirstRead(_from_process_settings))
 app.steps["consumer"].add(TenantQueues)
 # The runtime of this process is built over this app: wiring goes from here to queue/runtime.py.
 bind_app(app)
+# Webhook events a transition of this process commits go to their tenant's queue at once (the
+# `webhooks` sweeper publishes any this misses).
+webhook_outbox.on_commit(publish_deliveries)

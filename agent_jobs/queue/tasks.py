@@ -10,8 +10,7 @@ from agent_jobs.orchestrator.sweep_kinds import KINDS
 from agent_jobs.queue.app import app
 from agent_jobs.queue.carried_rows import is_claim_hint
 from agent_jobs.queue.runtime import get_runtime
-from agent_jobs.queue.webhook_deliveries import publish_deliveries, run_delivery
-from agent_jobs.store import webhook_outbox
+from agent_jobs.queue.webhook_deliveries import run_delivery
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +50,6 @@ def step(self: Any, task_id: str, carried: Any = None) -> None:
 def deliver(self: Any, delivery_id: int) -> None:
     """One attempt at one webhook delivery, on its tenant's queue (queue/webhook_deliveries.py)."""
     run_delivery(int(delivery_id))
-
-
-# A transition's committed webhook events are published at once from whichever process
-# committed it; the `webhooks` sweeper publishes any this missed.
-webhook_outbox.on_commit(publish_deliveries)
 
 
 def _sweep(kind: str) -> int:

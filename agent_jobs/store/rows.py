@@ -11,6 +11,7 @@ from typing import Any, NamedTuple, Protocol
 from sqlalchemy import Row
 
 from agent_jobs.core.contracts import ApprovalView, EffectView, EventView, TaskView
+from agent_jobs.core.park import ParkReason, shown_park
 from agent_jobs.core.states import Status, display_status
 
 
@@ -57,6 +58,7 @@ class TaskRow:
     def view(self) -> TaskView:
         runtime = self.state.get("runtime") or {}
         pending = runtime.get("pending_action")
+        park = shown_park(self.status, runtime)
         return TaskView(
             task_id=self.id,
             tenant_id=self.tenant_id,
@@ -65,7 +67,7 @@ class TaskRow:
                 self.status,
                 self.cancel_requested,
                 held_for=self.held_for,
-                stopped_by_operator=bool((runtime.get("throttle") or {}).get("by_operator")),
+                stopped_by_operator=park is not None and park.reason is ParkReason.HELD_BY_OPERATOR,
             ),
             held_for=self.held_for,
             workflow=self.workflow,
@@ -79,6 +81,7 @@ class TaskRow:
             pending_action=pending if isinstance(pending, dict) else None,
             approval_id=runtime.get("approval_id"),
             last_error=self.last_error,
+            park=park,
         )
 
 

@@ -310,7 +310,12 @@ class WebhookStore(WebhookEndpointStore):
                     }
                     for ep in wanting
                 ]
-                stmt = self.backend.insert_ignore(_D).values(values).returning(_D.c.id)
+                stmt = (
+                    self.backend.insert_ignore(_D)
+                    .values(values)
+                    .on_conflict_do_nothing()
+                    .returning(_D.c.id)
+                )
                 out.extend((row.tenant_id, int(i)) for i in conn.execute(stmt).scalars())
         return out
 

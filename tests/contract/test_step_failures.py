@@ -213,7 +213,8 @@ def test_a_verifier_that_raises_backs_off_in_verifying_then_escalates(
     h.run_until_idle()
     parked = store.get(task.id)
     assert parked.status is S.RETRY_WAIT
-    assert parked.state["runtime"]["resume"] == "VERIFYING"
+    assert parked.state["runtime"]["park"]["reason"] == "verify_error"
+    assert parked.state["runtime"]["park"]["resume"] == "VERIFYING"
     assert "verify_error" in events(store, task.id)
     final = h.settle(task.id)
     assert final.status is S.ESCALATED

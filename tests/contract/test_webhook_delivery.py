@@ -286,3 +286,28 @@ def test_connect_time_check_refuses_a_name_rebound_inside(store: Store, tenant: 
     attempt = deliver(WebhookStore(store.engine), Settings(), row.id, post=post)
     assert attempt.outcome == "retry"
     assert sent[0].error.startswith("refused: hooks.example.com resolves to 10.1.2.3")
+
+
+def test_an_approval_close_to_expiry_is_announced_once_per_endpoint(
+    store: Store, tenant: str, published: list[tuple[str, list[int]]]
+) -> None:
+    """The sweeper writes `approval.expiring` for a pending approval within five minutes of
+    its expiry, once (two sweeps, or two at once, add nothing), and sends it."""
+    with receiver() as rec:
+        _, _, secret = _register(store, tenant, rec.url, "approval.expiring")
+        lease = running(store, tenant)
+        store.transition(Guard.lease(lease), park_for_approval(action(), f"apr_x{tenant}", 3600))
+        ws = WebhookStore(store.engine)
+        assert sweep_webhooks(ws, CFG) == 0  # an hour left: not yet
+        from agent_jobs.store.schema import approvals
+
+        with store.tx() as conn:
+            conn.execute(update(approvals).values(expires_at=db_now_plus(120.0)))
+        assert sweep_webhooks(ws, CFG) == 1
+        assert sweep_webhooks(ws, CFG) == 0
+        [row] = _rows(store)
+        assert row.event_type == "approval.expiring"
+        assert deliver(ws, CFG, row.id).outcome == "delivered"
+        [payload] = rec.verified(secret)
+    assert payload["data"]["approval_id"] == f"apr_x{tenant}"
+    assert payload["data"]["action"]["amount_minor"] == 1200

@@ -557,6 +557,7 @@
     parts.push(kv([
       ["workflow", t.workflow], ["trace id", t.trace_id, "hash"], ["attempts", String(t.attempts)],
       ["created", fmtTime(t.created_at)], ["updated", fmtTime(t.updated_at)],
+      ["parked", t.park ? t.park.reason + ": waits for " + t.park.waits_for + "; on waking " + t.park.on_waking : null],
       ["redaction", data.trace.redaction ? Object.entries(data.trace.redaction).map(([k, v]) => k + ": " + v).join(" · ") : null],
     ]));
     parts.push(el("h3", {}, "Waterfall"), waterfall(data));
