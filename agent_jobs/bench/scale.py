@@ -6,8 +6,10 @@ the 1,000 tenants with idle dropping off, to show what it saves.
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 from agent_jobs.bench.common import Phase, abba, median, progress, require_services, wait
@@ -49,6 +51,7 @@ def run(
                 rate, queues = _round(ph, n, show, f"round {r + 1}/{rounds}")
                 rates[ph.name].append(rate)
                 consumed[ph.name] = max(consumed[ph.name], queues)
+        footprint = {ph.name: _footprint(ph) for ph in (base, scaled)}
     base_rate, scaled_rate = median(rates[base.name]), median(rates[scaled.name])
     result: dict[str, Any] = {
         "transitions_per_s": round(scaled_rate, 1),
@@ -60,6 +63,13 @@ def run(
         "workers": workers,
         "rounds": rounds,
         "queues_consumed": consumed[scaled.name],
+        "worker_rss_mb": footprint[scaled.name]["rss_mb"],
+        "baseline_worker_rss_mb": footprint[base.name]["rss_mb"],
+        "redis_keys": footprint[scaled.name]["keys"],
+        "baseline_redis_keys": footprint[base.name]["keys"],
+        # What 10,000 more known tenants cost, from the difference between the deployments.
+        "rss_mb_per_10k_tenants": _per_10k(footprint, scaled.name, base.name, "rss_mb", tenants),
+        "keys_per_10k_tenants": _per_10k(footprint, scaled.name, base.name, "keys", tenants),
         "samples": {
             "transitions_per_s": [round(x, 1) for x in rates[scaled.name]],
             "baseline_per_s": [round(x, 1) for x in rates[base.name]],
@@ -121,6 +131,41 @@ def _round(ph: Phase, active: int, show: bool, label: str) -> tuple[float, int]:
     return done / secs, consumed
 
 
+def _footprint(ph: Phase) -> dict[str, float]:
+    """The largest worker's resident memory (MB) and the Redis keys of this deployment: those
+    under its prefix and kombu's bindings of its queues, on the broker and the directory."""
+    import redis  # noqa: PLC0415
+
+    from agent_jobs.config import from_environ  # noqa: PLC0415
+
+    rss = 0.0
+    for w in ph.procs:
+        try:
+            text = Path(f"/proc/{w.proc.pid}/status").read_text()
+        except OSError:
+            continue
+        kb = next(
+            (int(line.split()[1]) for line in text.splitlines() if line.startswith("VmRSS:")), 0
+        )
+        rss = max(rss, kb / 1024)
+    cfg = from_environ({**os.environ, **ph.env})
+    prefix = ph.env["AGENT_JOBS_QUEUE_PREFIX"]
+    keys = 0
+    for url in {cfg.broker_url, cfg.directory_redis_url or cfg.broker_url}:
+        client = redis.Redis.from_url(url)
+        for pattern in (f"{prefix}*", f"_kombu.binding*.{prefix}*"):
+            keys += sum(1 for _ in client.scan_iter(pattern, count=1000))
+        client.close()
+    return {"rss_mb": round(rss, 1), "keys": keys}
+
+
+def _per_10k(
+    footprint: dict[str, dict[str, float]], scaled: str, base: str, what: str, tenants: int
+) -> float:
+    extra = footprint[scaled][what] - footprint[base][what]
+    return round(extra * 10_000 / max(1, tenants - 20), 1)
+
+
 def _names(n: int) -> list[str]:
     return [f"s{i}" for i in range(n)]
 
@@ -152,6 +197,13 @@ def render(r: dict[str, Any]) -> str:
         f"  {r['tenants']} known, {r['active']} active           {r['transitions_per_s']:8.1f} transitions/s   ({r['queues_consumed']} queues consumed per worker)",
         f"  ratio                            {r['ratio']:8.3f}   target >= {r['target_ratio']} ({verdict})",
     ]
+    if "worker_rss_mb" in r:
+        lines.append(
+            f"  worker memory (largest)          {r['worker_rss_mb']:8.1f} MB ({r['baseline_worker_rss_mb']:.1f} MB with 20 tenants): {r['rss_mb_per_10k_tenants']:+.1f} MB per 10,000 tenants"
+        )
+        lines.append(
+            f"  Redis keys                       {r['redis_keys']:8d}    ({r['baseline_redis_keys']} with 20 tenants): {r['keys_per_10k_tenants']:+,.0f} per 10,000 tenants"
+        )
     if "all_consumed_per_s" in r:
         lines.append(
             f"  {r['tenants']} known, all consumed       {r['all_consumed_per_s']:8.1f} transitions/s   ({r['all_consumed_queues']} queues: idle dropping off)"

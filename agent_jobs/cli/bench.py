@@ -170,6 +170,7 @@ def cmd_noisy(args: argparse.Namespace) -> int:
         burst=args.burst,
         workers=args.workers,
         rounds=args.rounds,
+        steady=args.steady,
         progress=not args.json,
     )
     return _print(result, args.json, noisy.render)
@@ -404,6 +405,7 @@ def _register_issue5(bsub: Any) -> None:
     n.add_argument(
         "--burst", type=int, default=10, help="the noisy tenant's tasks during the burst"
     )
+    n.add_argument("--steady", type=int, default=19, help="tenants running steadily beside it")
     n.add_argument("--workers", type=int, default=2)
     n.add_argument(
         "--rounds", type=int, default=4, help="rounds, alternating which side runs first (ABBA)"

@@ -90,8 +90,12 @@ class TenantQueues(bootsteps.StartStopStep):  # type: ignore[misc]
             self._reads += 1
             cfg = runtime.settings
             ring = ring_for(cfg)
+            # Served through the ring, a tenant queue is consumed to be shown (Flower), and not
+            # declared: the publisher sends to it by name, so kombu's two binding sets per queue
+            # (kept in Redis for every tenant ever consumed) would serve nothing.
+            declare = ring is None
             if ring is not None:
-                self._consume(c, ring.queue)
+                self._consume(c, ring.queue, declare=False)
             wanted = set(runtime.directory.active(cfg.tenant_idle_s))
             db_tenants: set[str] | None = None
             if from_db or self._reads % DB_RESYNC_EVERY == 0:
@@ -103,17 +107,20 @@ class TenantQueues(bootsteps.StartStopStep):  # type: ignore[misc]
                     queues = [tenant_queue(cfg.queue_prefix, t) for t in sorted(wanted)]
                     ring.enroll(self._broker_client(runtime), queues)
             for tenant in sorted(wanted):
-                self._consume(c, tenant_queue(cfg.queue_prefix, tenant))
+                self._consume(c, tenant_queue(cfg.queue_prefix, tenant), declare=declare)
             self._drop_idle(c, runtime, wanted)
             self._recheck(c, runtime)
         except Exception:  # a blip in Redis or the database must not stop the consumer
             log.exception("tenant queue sync failed; will retry")
 
     @staticmethod
-    def _consume(c: Any, queue: str) -> None:
+    def _consume(c: Any, queue: str, *, declare: bool = True) -> None:
         if not c.task_consumer.consuming_from(queue):
             # call_soon: the consumer's own loop applies it (timer threads must not).
-            c.call_soon(c.add_task_queue, queue)
+            if declare:
+                c.call_soon(c.add_task_queue, queue)
+            else:
+                c.call_soon(c.add_task_queue, queue, no_declare=True)
 
     def _consumed_tenants(self, c: Any, prefix: str) -> set[str]:
         names = (q.name for q in c.task_consumer.queues)
@@ -155,4 +162,4 @@ class TenantQueues(bootsteps.StartStopStep):  # type: ignore[misc]
             queue = tenant_queue(runtime.settings.queue_prefix, tenant)
             if self._queue_length(runtime, queue):
                 runtime.directory.touch(tenant)
-                self._consume(c, queue)
+                self._consume(c, queue, declare=ring_for(runtime.settings) is None)

@@ -58,11 +58,15 @@ class CeleryPublisher:
         *,
         shared: bool = False,
         rows: CarriedRows | None = None,
+        ring: bool = False,
     ) -> None:
         self.app = app
         self.directory = directory
         self.prefix = prefix
         self.shared = shared
+        # Workers are served tenant queues through the ready ring (queue/ready_ring.py): a new
+        # tenant's queue is added to them undeclared (see queue/consumers.py).
+        self._add_options: dict[str, Any] = {"no_declare": True} if ring else {}
         # Signs the row a dispatch carries into its message (see carried_rows.py).
         self.rows = rows
         # Set by the runtime when a tenant cap, fair share or the model cap is configured.
@@ -93,7 +97,7 @@ class CeleryPublisher:
         try:
             if not self.shared and self.directory.touch(dispatch.tenant_id):
                 # New tenant: tell running workers now rather than at their next directory read.
-                self.app.control.add_consumer(queue, reply=False)
+                self.app.control.add_consumer(queue, reply=False, options=self._add_options)
             carried: dict[str, Any] | None = None
             if dispatch.row is not None and self.rows is not None:
                 carried = self.rows.encode(dispatch.row)

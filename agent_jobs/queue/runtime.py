@@ -32,6 +32,7 @@ from agent_jobs.queue.directory import (
 )
 from agent_jobs.queue.gate import GatedDispatcher, GatePolicy, RedisGate
 from agent_jobs.queue.publisher import CeleryPublisher, RedisBrokerProbe
+from agent_jobs.queue.ready_ring import ring_for
 from agent_jobs.store import Store
 from agent_jobs.tools.credentials import tool_secret
 from agent_jobs.workflows import default_registry, exit_unless_loaded
@@ -117,7 +118,12 @@ def build_runtime(
         probe = NeverLost()
     rows = CarriedRows(store, cfg.step_row_max_bytes)
     publisher = CeleryPublisher(
-        app, directory, cfg.queue_prefix, shared=cfg.routing == "shared", rows=rows
+        app,
+        directory,
+        cfg.queue_prefix,
+        shared=cfg.routing == "shared",
+        rows=rows,
+        ring=ring_for(cfg) is not None,
     )
     gate, slots = gate_and_slots(cfg)
     # Operator switches (ops/): every process obeys them; the gate holds what a pause stops.
