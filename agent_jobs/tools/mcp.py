@@ -16,7 +16,9 @@ What comes from the server is data (`core.text`, the content rule; `tools.mcp_co
 - The annotations (`readOnlyHint`, ...) are ignored; read or effect is our declaration.
 - A result is cleaned (NUL, lone surrogates), bounded (`MAX_RESULT_CHARS`; non-text blocks are
   summarised, never passed on), and scrubbed of every credential value this call sent. An
-  `isError` result is a definitive rejection, whose text is cleaned, cut and scrubbed too.
+  `isError` result is a definitive rejection, whose text is cleaned, cut and scrubbed too;
+  its code is `not_found` when the result says so (`tools.mcp_content.NOT_FOUND`: how a lookup
+  by key answers that nothing exists under the key), `tool_error` otherwise.
 
 Each call is one connection, made and closed inside the call (`anyio.run` on a thread of its
 own, bounded by the tool's timeout and a short grace for the SDK's own cleanup): a Celery worker
