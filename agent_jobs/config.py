@@ -275,6 +275,14 @@ class Settings(BaseModel):
     example_backend: str = _setting(
         "agent_jobs_example_ledger.db", "the example workflow's ledger file", min_length=1
     )
+    held_poll_max_s: float = _setting(
+        60.0,
+        "a task an operator's lever holds asks the lever again after 2 s, then twice as long "
+        "each time, up to this long: its writes while held, and how long it may take to notice "
+        "the lever turned off",
+        ge=2,
+        le=3600,
+    )
     # -- the dispatch gate ---------------------------------------------------------------------
     tenant_idle_s: float = _setting(
         60.0, "a tenant idle this long, with an empty queue, is no longer consumed", ge=0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent_jobs.core.contracts import Action
+from agent_jobs.core.holds import held_poll_s
 from agent_jobs.core.park import PARK_KEY, THROTTLES_KEY, Park, ParkReason
 from agent_jobs.core.patch import ApprovalRequest, EffectWrite, Patch
 from agent_jobs.core.retry import backoff_s
@@ -190,6 +191,9 @@ class EffectSteps(StepBase):
             # and its wait does not count toward the throttle's bound.
             rt[THROTTLES_KEY] = {"count": count, "waited_s": waited}
             rt[PARK_KEY] = Park.of(ParkReason.HELD_BY_OPERATOR, reason).entry()
+            # Asked again with backoff while the lever holds (`held_poll_s`): about once a
+            # minute after the first minute, not every poll interval for the whole incident.
+            delay = held_poll_s(count, self.settings.held_poll_max_s)
             return Patch(
                 to=S.RETRY_WAIT,
                 event="effect_throttled",
