@@ -2,8 +2,9 @@
 the MCP source against a real MCP server (its URL and key in the environment, as the block reads
 them), the agent as a working agent on the example's orders service, the test file as a user's
 test file, in a directory of its own, with only the fixtures installing agent_jobs gives pytest;
-the model routes file loaded as a worker loads it. A block added to those sections that no test
-here runs fails the first test."""
+the model routes file loaded as a worker loads it. The shell blocks: the demo's command is the
+one its own test runs, and loading the agent into the services is run up to its `curl`, which
+needs the API. A block added to those sections that no test here runs fails the first test."""
 
 from __future__ import annotations
 
@@ -56,6 +57,10 @@ def block(lang: str, marker: str) -> str:
 RUN = {
     "python": ("McpSourceConfig(", "workflows = [agent]", "def test_"),
     "json": ('"routes"',),
+    # Shell: the demo on Postgres and Redis (run by test_order_cancel_demo.py, with a database
+    # and queues of its own), and loading the agent into the services (its `agent-jobs
+    # workflows` line run below; its `curl` needs the API of "Run it for real").
+    "": ("python -m examples.order_cancel --postgres", "AGENT_JOBS_WORKFLOWS="),
 }
 
 
@@ -143,3 +148,28 @@ def test_the_routes_file_loads_and_serves_an_agent(
     monkeypatch.delenv("LOCAL_LLM_KEY")
     with pytest.raises(ConfigError, match="LOCAL_LLM_KEY"):  # the key must be set to load it
         routes_and_providers(str(path), scripted)
+
+
+def test_the_demo_command_is_the_one_its_test_runs() -> None:
+    shown = " ".join(block("", "python -m examples.order_cancel --postgres").split())
+    assert re.fullmatch(r"python -m examples\.order_cancel --postgres \S+ \\ --redis \S+", shown)
+    demo = (Path(__file__).parent / "test_order_cancel_demo.py").read_text(encoding="utf-8")
+    assert '"-m", "examples.order_cancel"' in demo
+    assert 'run("--postgres", database, "--redis"' in demo
+
+
+def test_loading_the_agent_into_the_services_lists_it(tmp_path: Path) -> None:
+    shell = block("", "AGENT_JOBS_WORKFLOWS=")
+    exported = dict(re.findall(r"(\w+)=(\S+)", shell.split("\n.venv/bin/agent-jobs")[0]))
+    root = str(README.parent)
+    env = {**os.environ, **{k: v.replace("$PWD", root) for k, v in exported.items()}}
+    env["ORDER_CANCEL_DB"] = str(tmp_path / "order_cancel.sqlite3")
+    line = next(x for x in shell.splitlines() if "agent-jobs workflows" in x)
+    command, _, said = line.partition("#")
+    assert command.split() == [".venv/bin/agent-jobs", "workflows"]
+    ran = subprocess.run([str(Path(sys.executable).parent / "agent-jobs"), "workflows"],
+                         check=False, cwd=root, env=env, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    row = next(x for x in ran.stdout.splitlines() if x.startswith("order_cancel "))
+    assert "module examples.order_cancel.agent" in row and "order_cancel@1" in said
