@@ -124,6 +124,10 @@ def _error(response: requests.Response) -> ApiError:
     return _BY_STATUS.get(status, ApiError)(status, code, message)
 
 
+# A long poll's own bound (the API answers within its request deadline, 60 s by default).
+LONG_POLL_MAX_S = 50.0
+
+
 class AgentJobsClient:
     """A client for one tenant's token (the tenant is the token's, never a parameter)."""
 
@@ -194,20 +198,35 @@ class AgentJobsClient:
         poll_s: float = 0.2,
         max_poll_s: float = 2.0,
     ) -> Task:
-        """Poll until the task is finished (or its `display_status` is one of `until`, e.g.
-        `{"awaiting_approval"}`); `WaitTimeout` after `timeout` seconds."""
+        """Wait until the task is finished (or its `display_status` is one of `until`, e.g.
+        `{"awaiting_approval"}`); `WaitTimeout` after `timeout` seconds. Each request is the
+        API's long poll (`?wait=`), answered as soon as the status changes; a server without it
+        answers at once, and is then polled every `poll_s` to `max_poll_s` seconds."""
         wanted = set(until or ())
         deadline = time.monotonic() + timeout
+        task = self.get(task_id)
         delay = poll_s
         while True:
-            task = self.get(task_id)
             if task.status in TERMINAL or task.display_status in wanted:
                 return task
             left = deadline - time.monotonic()
             if left <= 0:
                 raise WaitTimeout(task, timeout)
-            self._sleep(min(delay, left))
-            delay = min(delay * 1.5, max_poll_s)
+            seconds = min(left, LONG_POLL_MAX_S)
+            asked = time.monotonic()
+            before = task.status
+            task = self._parse(
+                self._send(
+                    "GET",
+                    f"/v1/tasks/{task_id}",
+                    params={"wait": max(0.001, round(seconds, 3))},
+                    timeout_s=seconds + self.timeout_s,
+                ),
+                Task,
+            )
+            if task.status == before and time.monotonic() - asked < min(seconds, poll_s) / 2:
+                self._sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 1.5, max_poll_s)
 
     # -- approvals ----------------------------------------------------------------------------
 
@@ -245,6 +264,7 @@ class AgentJobsClient:
         params: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
         retry: bool = True,
+        timeout_s: float | None = None,
     ) -> requests.Response:
         all_headers = {"Authorization": f"Bearer {self.token}", **(headers or {})}
         attempts = 1 + (self.retries if retry else 0)
@@ -256,7 +276,7 @@ class AgentJobsClient:
                     json=json,
                     params=params,
                     headers=all_headers,
-                    timeout=self.timeout_s,
+                    timeout=timeout_s or self.timeout_s,
                 )
             except _TRANSIENT:
                 if attempt == attempts:

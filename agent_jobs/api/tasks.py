@@ -4,9 +4,11 @@ token's tenant, so another tenant's task is a 404, exactly like a task that does
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from agent_jobs.api import responses as r
 from agent_jobs.api.auth import Principal
@@ -24,7 +26,9 @@ from agent_jobs.api.models import (
     TaskCreated,
 )
 from agent_jobs.api.redaction import redact_event_data
+from agent_jobs.api.task_wait import DEADLINE_MARGIN_S, MAX_WAIT_S, watch_of
 from agent_jobs.core.states import TERMINAL
+from agent_jobs.store.task_statuses import statuses
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
@@ -116,8 +120,31 @@ def get_task_by_key(
     "pending action (identity and hash only) and outcome.",
     responses=r.errors(401, 404, 413, 422, 503),
 )
-def get_task(task_id: TaskId, request: Request, who: Caller) -> Task:
-    row = state(request).runtime.store.get(task_id, who.tenant_id)
+async def get_task(
+    task_id: TaskId,
+    request: Request,
+    who: Caller,
+    wait: Annotated[
+        float | None,
+        Query(
+            gt=0,
+            le=MAX_WAIT_S,
+            description="Long poll: answer as soon as the task's status changes, or after this "
+            "many seconds with the task as it is (at once when it is finished). Waiting "
+            "callers cost no database reads of their own (one watcher per API process).",
+        ),
+    ] = None,
+) -> Task:
+    st = state(request)
+    store = st.runtime.store
+    row = await run_in_threadpool(store.get, task_id, who.tenant_id)
+    if wait is not None and row.status not in TERMINAL:
+        deadline = st.runtime.settings.api_request_timeout_s
+        if deadline > 0:
+            wait = max(0.0, min(wait, deadline - DEADLINE_MARGIN_S))
+        watch = watch_of(request, partial(statuses, store.engine))
+        if await watch.until_changed(row.id, row.status.value, wait):
+            row = await run_in_threadpool(store.get, task_id, who.tenant_id)
     return Task.from_view(row.view())
 
 
