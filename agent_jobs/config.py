@@ -277,9 +277,9 @@ class Settings(BaseModel):
     )
     held_poll_max_s: float = _setting(
         60.0,
-        "a task an operator's lever holds asks the lever again after 2 s, then twice as long "
-        "each time, up to this long: its writes while held, and how long it may take to notice "
-        "the lever turned off",
+        "a task an operator's lever holds, or a step its workflow deferred, tries again after "
+        "2 s, then twice as long each time, up to this long: its writes while held, and how "
+        "long it may take to notice the hold lifted",
         ge=2,
         le=3600,
     )

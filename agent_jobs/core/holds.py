@@ -35,3 +35,10 @@ def held_poll_s(polls: int, max_s: float, first_s: float = HELD_POLL_FIRST_S) ->
         return min(first_s, max_s)
     # Past 2**30 the doubling cannot matter (and must not overflow a float's exponent).
     return min(max_s, first_s * 2.0 ** min(polls - 1, 30))
+
+
+def deferred_wait_s(deferring_for_s: float, max_s: float) -> float:
+    """How long a step its workflow deferred (`DEFERRED`) stays held before the sweeper lets it
+    try again: as long as it has been deferring so far (from its last transition to this hold),
+    so the tries double the same way — at least the first interval, at most the cap."""
+    return min(max_s, max(HELD_POLL_FIRST_S, deferring_for_s))
