@@ -98,8 +98,9 @@ def lease_lost(task: Any, *, by: str) -> Patch:
 def failed_attempt(task: Any, error: str, settings: Settings, rand: float) -> Patch:
     """A failed attempt of `task`'s step: recorded on the row (`attempts`, `last_error`), parked
     with backoff (`rand` in [0, 1) draws the jitter), and after `max_attempts` consecutive
-    failures a dead letter. The state is not rewritten, so the checkpoint a replay would resume
-    from is the last one committed."""
+    failures a dead letter. The workflow's state is not rewritten, so the checkpoint a replay
+    would resume from is the last one committed; the runtime entry only gains or loses its park
+    reason (`core.park`)."""
     status = task.status
     attempt = task.attempts + 1
     rt = current_runtime(status, deep_copy(task.state.get("runtime") or {}))
@@ -107,7 +108,8 @@ def failed_attempt(task: Any, error: str, settings: Settings, rand: float) -> Pa
         # Where an effect may have been sent, or has been, a person must look: ESCALATED.
         escalate = status in EFFECT_IN_FLIGHT or not is_legal(status, S.FAILED)
         reason = f"{attempt} consecutive failed attempts; last: {error}"
-        rt.pop(PARK_KEY, None)  # it waits for nothing any more
+        # A dead letter waits for nothing: a park reason it had goes (the state is kept else).
+        unparked = with_runtime(None, task.state, rt) if rt.pop(PARK_KEY, None) else None
         return Patch(
             to=S.ESCALATED if escalate else S.FAILED,
             event="dead_lettered",
@@ -116,7 +118,7 @@ def failed_attempt(task: Any, error: str, settings: Settings, rand: float) -> Pa
             last_error=error,
             dead_letter=reason,
             outcome={"reason": reason, "attempts": attempt, "dead_letter": True},
-            state=with_runtime(None, task.state, rt),
+            state=unparked,
         )
     delay = backoff_s(attempt, settings.retry_base_s, settings.retry_max_s, rand * 0.999)
     if status is S.EXECUTING:
