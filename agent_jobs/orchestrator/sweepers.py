@@ -78,16 +78,49 @@ class Sweepers:
 
         return sweep_webhooks(WebhookStore(self.store.engine), self.settings)
 
-    def _drain(self, take: Callable[[], list[Dispatch]]) -> int:
+    def _drain(self, kind: str, take: Callable[[], list[Dispatch]]) -> int:
         total = 0
         for _ in range(MAX_BATCHES):
             batch = take()
-            for dispatch in batch:
-                self.publisher.publish(dispatch)
+            self._publish_all(kind, batch)
             total += len(batch)
             if len(batch) < self.settings.sweep_batch:
                 break
         return total
+
+    def _publish_all(self, kind: str, batch: list[Dispatch]) -> None:
+        """Publish what a sweep took (its dispatches are recorded on the rows already). A row
+        whose message cannot be published while others' can is the row's fault (a tenant the
+        broker or the gate refuses): it is dead-lettered, and the rest go on. When none can
+        be, the broker (or the gate) is at fault, not the rows: nothing is dead-lettered, and
+        the rows, dispatched on paper, are repeated after the grace."""
+        failed: list[tuple[Dispatch, Exception]] = []
+        for dispatch in batch:
+            try:
+                self.publisher.publish(dispatch)
+            except Exception as exc:
+                failed.append((dispatch, exc))
+        if not failed:
+            return
+        if len(failed) == len(batch):
+            first, error = failed[0]
+            log.error(
+                "sweeper %s: no step message of %d could be published (first, for %s: %s); "
+                "the sweeper repeats them",
+                kind, len(batch), first.task_id, _reason(error),
+            )  # fmt: skip
+            return
+        for refused, error in failed:
+            reason = f"its step message could not be published: {_reason(error)}"
+            workflow = self.store.set_aside_task(refused.task_id, kind, reason, undue={})
+            if workflow is not None:
+                self._set_aside(kind, refused.task_id, workflow, reason)
+
+    def _set_aside(self, kind: str, task_id: str, workflow: str, reason: str) -> None:
+        """A row a sweeper could not move and dead-lettered instead: a log line and the
+        dead-letter metric, so that a person looks."""
+        self.observer.dead_letter(workflow)
+        log.warning("sweeper %s dead-lettered %s (%s): %s", kind, task_id, workflow, reason)
 
     def cutoff(self) -> datetime:
         """Dispatches older than this are presumed lost: the grace period, or the moment the
@@ -112,6 +145,9 @@ class Sweepers:
         step's worker died, a failed attempt (`worker_lost`) that waits out its backoff. The
         count is of tasks taken, most of which publish nothing (their retry timer does)."""
         taken = 0
+        # Dead letters of failed attempts, counted once committed: a row set aside instead (its
+        # patch refused) is counted by `_set_aside`.
+        giving_up: dict[str, str] = {}
 
         def lost(task: TaskRow) -> Patch:
             nonlocal taken
@@ -120,17 +156,23 @@ class Sweepers:
                 # Its worker died mid-step: a failed attempt, bounded by max_attempts.
                 patch = worker_lost(task, self.settings, self._rand())
                 if patch.dead_letter is not None:
-                    self.observer.dead_letter(task.workflow)
+                    giving_up[task.id] = task.workflow
                 return patch
             self.observer.reconciled("entered_unknown")  # an EXECUTING task whose holder vanished
             return lease_lost(task, by="sweeper")
+
+        def set_aside(task: TaskRow, reason: str) -> None:
+            giving_up.pop(task.id, None)
+            self._set_aside("lease", task.id, task.workflow, reason)
 
         total = 0
         for _ in range(MAX_BATCHES):
             taken = 0
             batch = self.settings.sweep_batch
-            for dispatch in self.store.sweep_expired_leases(batch, lost):
-                self.publisher.publish(dispatch)
+            self._publish_all("lease", self.store.sweep_expired_leases(batch, lost, set_aside))
+            for workflow in giving_up.values():
+                self.observer.dead_letter(workflow)
+            giving_up.clear()
             total += taken
             if taken < batch:
                 break
@@ -141,19 +183,21 @@ class Sweepers:
     def dispatch(self) -> int:
         cutoff = self.cutoff()
         return self._drain(
-            lambda: self.store.sweep_lost_dispatch(self.settings.sweep_batch, cutoff)
+            "dispatch", lambda: self.store.sweep_lost_dispatch(self.settings.sweep_batch, cutoff)
         )
 
     def retry(self) -> int:
         cutoff = self.cutoff()
         return self._drain(
-            lambda: self.store.sweep_due(Status.RETRY_WAIT, self.settings.sweep_batch, cutoff)
+            "retry",
+            lambda: self.store.sweep_due(Status.RETRY_WAIT, self.settings.sweep_batch, cutoff),
         )
 
     def unknown(self) -> int:
         cutoff = self.cutoff()
         return self._drain(
-            lambda: self.store.sweep_due(Status.EXEC_UNKNOWN, self.settings.sweep_batch, cutoff)
+            "unknown",
+            lambda: self.store.sweep_due(Status.EXEC_UNKNOWN, self.settings.sweep_batch, cutoff),
         )
 
     def held(self) -> int:
@@ -163,18 +207,18 @@ class Sweepers:
         else releases: they go out again once a sweep, gate or no gate, and defer again if the
         resource is still busy (one try a sweep interval, not a loop)."""
         moved = self.gated.sweep() if self.gated is not None else 0
-        for dispatch in self.store.take_held(
-            HoldReason.DEFERRED.value, limit=self.settings.sweep_batch
-        ):
-            self.publisher.publish(dispatch)
-            moved += 1
-        return moved
+        taken = self.store.take_held(HoldReason.DEFERRED.value, limit=self.settings.sweep_batch)
+        self._publish_all("held", taken)
+        return moved + len(taken)
 
     def approvals(self) -> int:
         cutoff = self.cutoff()
-        expired = self._drain(lambda: self.store.sweep_expired_approvals(self.settings.sweep_batch))
+        expired = self._drain(
+            "approvals", lambda: self.store.sweep_expired_approvals(self.settings.sweep_batch)
+        )
         due = self._drain(
-            lambda: self.store.sweep_due(Status.APPROVAL_WAIT, self.settings.sweep_batch, cutoff)
+            "approvals",
+            lambda: self.store.sweep_due(Status.APPROVAL_WAIT, self.settings.sweep_batch, cutoff),
         )
         return expired + due
 
@@ -186,9 +230,15 @@ class Sweepers:
         if days <= 0:
             return 0
         write = writer_for(self.settings.archive_dir)
+
+        def set_aside(task: TaskRow, reason: str) -> None:
+            self._set_aside("archive", task.id, task.workflow, reason)
+
         total = 0
         for _ in range(MAX_BATCHES):
-            n = self.store.prune_finished(days * 86_400, self.settings.sweep_batch, write)
+            n = self.store.prune_finished(
+                days * 86_400, self.settings.sweep_batch, write, set_aside
+            )
             total += n
             if n < self.settings.sweep_batch:
                 break
@@ -208,3 +258,8 @@ class Sweepers:
             if n < self.settings.sweep_batch:
                 break
         return total
+
+
+def _reason(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -21,7 +21,10 @@ from sqlalchemy import Connection, Table, delete, select
 
 from agent_jobs.core.states import TERMINAL
 from agent_jobs.store.base import StoreBase
+from agent_jobs.store.dead_letters import set_aside
+from agent_jobs.store.rows import TaskRow, task_from_row
 from agent_jobs.store.schema import approvals, dead_letters, effects, task_events, tasks
+from agent_jobs.store.types import db_now
 
 # An archived task: its row and every row that hangs off it, as JSON-ready values.
 Record = dict[str, Any]
@@ -42,9 +45,21 @@ def _rows(conn: Connection, table: Table, ids: Sequence[str], order: Any) -> dic
 
 
 class ArchiveStore(StoreBase):
-    def prune_finished(self, older_than_s: float, limit: int, write: Writer) -> int:
+    def prune_finished(
+        self,
+        older_than_s: float,
+        limit: int,
+        write: Writer,
+        set_aside_row: Callable[[TaskRow, str], None] = lambda task, reason: None,
+    ) -> int:
         """Archive (through `write`) and delete up to `limit` tasks that finished more than
-        `older_than_s` ago by the database clock; the number pruned."""
+        `older_than_s` ago by the database clock; the number pruned.
+
+        A batch the writer refuses is written again one task at a time: a task whose record
+        alone it refuses is kept, dead-lettered with the reason and its retention clock
+        restarted (`dead_letters.set_aside`, reported to `set_aside_row`), and the others are
+        archived and pruned. When it refuses every one, the writer is at fault, not a row: the
+        error is raised and nothing is deleted."""
         before = self.db_now() - timedelta(seconds=older_than_s)
         oldest = (
             select(tasks)
@@ -63,7 +78,8 @@ class ArchiveStore(StoreBase):
         )
         oldest = self.backend.skip_locked(oldest)
         with self.tx() as conn:
-            found = [dict(r._mapping) for r in conn.execute(oldest)]
+            rows = conn.execute(oldest).all()
+            found = [dict(r._mapping) for r in rows]
             if not found:
                 return 0
             ids = [t["id"] for t in found]
@@ -81,7 +97,16 @@ class ArchiveStore(StoreBase):
                 }
                 for t in found
             ]
-            write(records)  # durable before the rows go; if it raises, nothing is deleted
+            try:
+                write(records)  # durable before the rows go; if it raises, nothing is deleted
+            except Exception as exc:
+                ids, refused = _write_each(records, write, exc)
+                for row in rows:
+                    if row.id in refused:
+                        task = task_from_row(row)
+                        reason = f"its archive record was refused: {refused[row.id]}"
+                        set_aside(self.backend, conn, task, "archive", reason, undue=_RESTART)
+                        set_aside_row(task, reason)
             conn.execute(delete(tasks).where(tasks.c.id.in_(ids)))
             return len(ids)
 
@@ -92,3 +117,29 @@ class ArchiveStore(StoreBase):
         q = select(func.count()).select_from(tasks).where(tasks.c.status.in_(FINISHED))
         with self.engine.connect() as conn:
             return int(conn.execute(q).scalar_one())
+
+
+# A task set aside by the archive sweeper: its retention restarts, so that it is not met again
+# at every sweep (a person reads its dead letter meanwhile).
+_RESTART: dict[str, Any] = {"updated_at": db_now()}
+
+
+def _write_each(
+    records: list[Record], write: Writer, batch_error: Exception
+) -> tuple[list[str], dict[str, str]]:
+    """After `write` refused `records` together: the ids of those it takes one at a time, and
+    why it refused each of the others; `batch_error` again when it takes none (the writer is
+    at fault, not a row)."""
+    written: list[str] = []
+    refused: dict[str, str] = {}
+    for record in records:
+        task_id = str(record["task"]["id"])
+        try:
+            write([record])
+        except Exception as exc:
+            refused[task_id] = f"{type(exc).__name__}: {exc}"
+            continue
+        written.append(task_id)
+    if not written:
+        raise batch_error
+    return written, refused

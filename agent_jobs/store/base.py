@@ -8,10 +8,17 @@ from datetime import datetime
 from typing import Self
 
 from sqlalchemy import Connection, Engine, select
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from agent_jobs.store import backend
 from agent_jobs.store.engine import make_engine
 from agent_jobs.store.types import db_now
+
+# Errors that mean "the database cannot be reached or cannot serve now" (connection refused or
+# lost, pool exhausted, lock and statement timeouts, deadlocks): callers answer "try again" (503,
+# a retry), not a bug.
+UNAVAILABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError, PoolTimeout)
 
 
 class StoreBase:

@@ -1,26 +1,33 @@
-"""Dead letters: list them, and replay one (an operator resumes a FAILED task from its last
-checkpoint) through the one guarded write and the replay table (`REPLAY_TRANSITIONS`)."""
+"""Dead letters: list them, replay one (an operator resumes a FAILED task from its last
+checkpoint) through the one guarded write and the replay table (`REPLAY_TRANSITIONS`), and set
+aside a row a sweeper cannot move (`set_aside`), so that one bad row never stops a sweep."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import delete, insert, or_, select
+from sqlalchemy import Connection, delete, func, insert, or_, select, update
 
 from agent_jobs.core.errors import StaleTransition
 from agent_jobs.core.patch import Patch
-from agent_jobs.core.states import REPLAY_TRANSITIONS, Status
-from agent_jobs.store.base import StoreBase
+from agent_jobs.core.states import EFFECT_IN_FLIGHT, REPLAY_TRANSITIONS, Status, is_legal
+from agent_jobs.store.backend import Backend
+from agent_jobs.store.base import UNAVAILABLE, StoreBase
 from agent_jobs.store.guard import Guard
-from agent_jobs.store.rows import Dispatch, task_from_row
+from agent_jobs.store.rows import Dispatch, TaskRow, task_from_row
 from agent_jobs.store.schema import dead_letter_replays, dead_letters, task_events, tasks
-from agent_jobs.store.transition import apply
+from agent_jobs.store.transition import append_event, apply
 from agent_jobs.store.types import db_now
 
 # Where a replayed task resumes: the status whose step dead-lettered, else RUNNING.
 _REPLAY_INTO = REPLAY_TRANSITIONS[Status.FAILED]
 REPLAYED_EVENT = "dead_letter_replayed"
+# The event of a row set aside whose status could not move (a terminal row): the dead letter is
+# recorded beside it. (One that could move takes the `dead_lettered` transition, as after
+# `max_attempts`, and a replay resumes it from the step named in that event.)
+SET_ASIDE_EVENT = "sweeper_set_aside"
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,20 @@ class DeadLetterStore(StoreBase):
             conn.execute(delete(dead_letters).where(dead_letters.c.task_id == task_id))
         return ReplayResult(task_id, True, "replayed", resumed_as=into.value, dispatch=dispatch)
 
+    def set_aside_task(
+        self, task_id: str, sweeper: str, error: str, *, undue: dict[str, Any]
+    ) -> str | None:
+        """`set_aside` in a transaction of its own, for a sweeper that found the row bad after
+        its own transaction had committed (its step message could not be published): the
+        task's workflow, or None when the task is not there any more."""
+        with self.tx() as conn:
+            row = conn.execute(select(tasks).where(tasks.c.id == task_id)).first()
+            if row is None:
+                return None
+            task = task_from_row(row)
+            set_aside(self.backend, conn, task, sweeper, error, undue=undue)
+        return task.workflow
+
     def dead_letter_ids(
         self,
         *,
@@ -142,3 +163,76 @@ class DeadLetterStore(StoreBase):
             ids = [str(x) for x in conn.execute(q).scalars()]
             conn.rollback()
         return ids
+
+
+def set_aside(
+    backend: Backend,
+    conn: Connection,
+    task: TaskRow,
+    sweeper: str,
+    error: str,
+    *,
+    undue: dict[str, Any],
+) -> None:
+    """Dead-letter a row the `sweeper` could not move (its patch raised, the table refused it,
+    the database refused its write), with the reason, inside `conn`'s transaction, so that the
+    sweep goes on with the other rows.
+
+    Through the one guarded write where the status may legally change: to ESCALATED when an
+    effect may be in flight, else FAILED (a replay resumes it), with the dead letter. Where it
+    cannot (a terminal row), or that write fails too, no status is written: the dead letter is
+    recorded (or, where the row has one already, its reason extended), an event says so, and
+    the columns that made the row due for this sweeper are reset (`undue`, e.g. a lapsed lease
+    cleared), so that the next sweep does not meet it again. Each attempt runs in a savepoint:
+    a refused write rolls back only itself."""
+    reason = f"the {sweeper} sweeper could not move this row: {error}"[:1000]
+    target = _failure_status(task.status)
+    if target is not None:
+        patch = Patch(
+            to=target,
+            event="dead_lettered",
+            data={"reason": reason, "sweeper": sweeper, "step": task.status.value},
+            last_error=reason,
+            dead_letter=reason,
+            outcome={"reason": reason, "dead_letter": True},
+        )
+        try:
+            with conn.begin_nested():
+                apply(backend, conn, Guard.seen(task), patch, actor="sweeper", returning=False)
+            return
+        except UNAVAILABLE:
+            raise
+        except Exception as exc:  # recorded below, without a status write
+            reason = f"{reason}; moving it to {target.value} failed too: {exc}"[:1000]
+    with conn.begin_nested():
+        letter = backend.insert_ignore(dead_letters).values(
+            task_id=task.id,
+            tenant_id=task.tenant_id,
+            workflow=task.workflow,
+            reason=reason,
+            attempts=task.attempts,
+            at=db_now(),
+        )
+        # A row dead-lettered before (a FAILED task) keeps its letter, with this reason first.
+        before = func.substr(letter.excluded.reason + "; before: " + dead_letters.c.reason, 1, 1000)
+        conn.execute(
+            letter.on_conflict_do_update(
+                index_elements=["task_id"], set_={"reason": before, "at": db_now()}
+            )
+        )
+        if undue:
+            conn.execute(update(tasks).where(tasks.c.id == task.id).values(**undue))
+        data = {"reason": reason, "sweeper": sweeper, "status": task.status.value}
+        append_event(backend, conn, task.id, SET_ASIDE_EVENT, data)
+
+
+def _failure_status(status: Status) -> Status | None:
+    """Where a row set aside goes, if its status may move at all: ESCALATED where an effect
+    may be in flight (a person must look), else FAILED (dead-lettered, replayable)."""
+    order: tuple[Status, ...] = (
+        (Status.ESCALATED, Status.FAILED) if status in EFFECT_IN_FLIGHT else (Status.FAILED,)
+    )
+    for to in (*order, Status.ESCALATED):
+        if is_legal(status, to):
+            return to
+    return None

@@ -81,10 +81,15 @@ class MaintenanceStore(StoreBase):
     # -- sweeps (see sweeps.py) ----------------------------------------------------------------
 
     def sweep_expired_leases(
-        self, limit: int, lost_lease: Callable[[TaskRow], Patch]
+        self,
+        limit: int,
+        lost_lease: Callable[[TaskRow], Patch],
+        set_aside_row: Callable[[TaskRow, str], None] = lambda task, reason: None,
     ) -> list[Dispatch]:
+        """Lapsed leases (see `sweeps.expired_leases`); a row that cannot take its patch is
+        dead-lettered and reported to `set_aside_row(task, reason)`."""
         with self.tx() as conn:
-            return sweeps.expired_leases(self.backend, conn, limit, lost_lease)
+            return sweeps.expired_leases(self.backend, conn, limit, lost_lease, set_aside_row)
 
     def sweep_lost_dispatch(self, limit: int, cutoff: datetime) -> list[Dispatch]:
         with self.tx() as conn:

@@ -8,8 +8,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection, Select, case, func, select, update
-from sqlalchemy.exc import InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from agent_jobs.core.contracts import EffectView, EventView, TaskRequest
 from agent_jobs.core.errors import IdempotencyConflict, RecordNotFound, StaleTransition
@@ -20,6 +18,7 @@ from agent_jobs.store import sweeps, transition, webhook_outbox
 from agent_jobs.store.approvals import ApprovalStore
 from agent_jobs.store.archive import ArchiveStore
 from agent_jobs.store.backend import NewTask
+from agent_jobs.store.base import UNAVAILABLE as _UNAVAILABLE
 from agent_jobs.store.dead_letters import DeadLetterStore
 from agent_jobs.store.guard import Guard
 from agent_jobs.store.ids import new_id, new_trace_id
@@ -43,11 +42,8 @@ from agent_jobs.store.types import db_now, db_now_plus
 
 _TERMINAL = [s.value for s in TERMINAL]
 _PARKED = [s.value for s in PARKED]
-
-
-# Errors that mean "the database cannot be reached or cannot serve now" (connection refused or
-# lost, pool exhausted, lock timeouts): callers answer "try again" (503, a retry), not a bug.
-UNAVAILABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError, PoolTimeout)
+# Where the API and the CLI import it from; defined in `base`, which the sweepers' code uses too.
+UNAVAILABLE = _UNAVAILABLE
 
 
 @dataclass(frozen=True)

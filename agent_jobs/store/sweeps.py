@@ -11,9 +11,12 @@ from typing import Any
 
 from sqlalchemy import Column, ColumnElement, Connection, Select, bindparam, or_, select, update
 
+from agent_jobs.core.errors import StaleTransition
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import PARKED, RUNNABLE, Status
 from agent_jobs.store.backend import Backend
+from agent_jobs.store.base import UNAVAILABLE
+from agent_jobs.store.dead_letters import set_aside
 from agent_jobs.store.guard import Guard
 from agent_jobs.store.rows import Dispatch, TaskRow, task_from_row
 from agent_jobs.store.schema import approvals, tasks
@@ -31,13 +34,28 @@ def _in_literal(column: Column[Any], values: list[str]) -> ColumnElement[bool]:
     return column.in_(bindparam(None, values, expanding=True, literal_execute=True))
 
 
+# What makes a row due for the lease sweeper, taken away from a row it had to set aside.
+_LEASE_CLEARED: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
+
+
 def expired_leases(
-    backend: Backend, conn: Connection, limit: int, lost_lease: Callable[[TaskRow], Patch]
+    backend: Backend,
+    conn: Connection,
+    limit: int,
+    lost_lease: Callable[[TaskRow], Patch],
+    set_aside_row: Callable[[TaskRow, str], None] = lambda task, reason: None,
 ) -> list[Dispatch]:
     """Leases that lapsed: each task takes the patch `lost_lease` gives for it, through the CAS
     write path fenced by the lapsed lease's owner and epoch — an EXECUTING task goes to
     EXEC_UNKNOWN (its call may have been sent), any other records a failed attempt, its worker
-    lost (`orchestrator.steps.worker_lost`), and waits out its backoff."""
+    lost (`orchestrator.steps.worker_lost`), and waits out its backoff.
+
+    A row that cannot take its patch (building it raised, the transition table refuses it, the
+    database refused the write as invalid) is dead-lettered with the reason (its lease cleared:
+    `dead_letters.set_aside`) and reported to `set_aside_row`; the sweep goes on with the
+    others. Each row is written in a savepoint, so a refused write rolls back only its own row.
+    A database that cannot serve now (`UNAVAILABLE`: a lost connection, a lock or statement
+    timeout, a deadlock) is no fault of the row: that still ends the sweep, to be run again."""
     q = backend.skip_locked(
         select(tasks)
         .where(tasks.c.lease_expires_at < db_now())
@@ -47,9 +65,21 @@ def expired_leases(
     out: list[Dispatch] = []
     for row in conn.execute(q).all():
         task = task_from_row(row)
-        _, dispatch = apply(
-            backend, conn, Guard.seen(task), lost_lease(task), actor="sweeper", returning=False
-        )
+        try:
+            with conn.begin_nested():
+                _, dispatch = apply(
+                    backend, conn, Guard.seen(task), lost_lease(task), actor="sweeper",
+                    returning=False,
+                )  # fmt: skip
+        except UNAVAILABLE:
+            raise  # the database, not the row: the whole sweep is tried again later
+        except StaleTransition:
+            continue  # moved meanwhile (its holder committed after all): nothing to do
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            set_aside(backend, conn, task, "lease", reason, undue=_LEASE_CLEARED)
+            set_aside_row(task, reason)
+            continue
         if dispatch is not None:
             out.append(dispatch)
     return out
