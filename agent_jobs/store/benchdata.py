@@ -14,6 +14,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     bindparam,
+    delete,
     func,
     insert,
     literal,
@@ -120,17 +121,25 @@ def seed_finished(store: Store, start: int, count: int) -> None:
 
 
 DUE_KINDS = ("lease", "dispatch", "retry", "unknown", "approvals")
+DUE_TENANT = "bench-due"
 
 
 def seed_due(store: Store, per_kind: int) -> None:
-    """`per_kind` tasks that each sweeper will find due (tasks `tsk_due_<kind>_<n>`)."""
+    """`per_kind` tasks that each sweeper will find due (tasks `tsk_due_<kind>_<n>`), as
+    seeded: called again before every timed sweep, it puts them back, whatever the sweeps
+    before did to them.
+
+    Re-seeded, not only made due again: a sweep moves some of them (a lapsed lease is a failed
+    attempt: RUNNING, then RETRY_WAIT, and after `max_attempts` sweeps FAILED). Rewriting only
+    their clocks gave a FAILED task a lapsed lease, which no runtime path leaves (a terminal
+    commit releases the lease), and the lease sweeper met a row it could not move."""
     status_of = {
         "lease": Status.RUNNING, "dispatch": Status.RUNNING, "retry": Status.RETRY_WAIT,
         "unknown": Status.EXEC_UNKNOWN, "approvals": Status.APPROVAL_WAIT,
     }  # fmt: skip
     rows: list[dict[str, Any]] = [
         {
-            "id": f"tsk_due_{kind}_{n}", "tenant_id": "bench-due", "idempotency_key": f"tsk_due_{kind}_{n}",
+            "id": f"tsk_due_{kind}_{n}", "tenant_id": DUE_TENANT, "idempotency_key": f"tsk_due_{kind}_{n}",
             "payload_hash": "sha256:x", "workflow": "noop@1", "requester": "bench", "input": {},
             "pinned": {}, "status": status_of[kind].value, "version": 2, "lease_epoch": 1,
             "attempts": 0, "state": {}, "event_seq": 2, "trace_id": "x",
@@ -138,15 +147,17 @@ def seed_due(store: Store, per_kind: int) -> None:
         for kind in DUE_KINDS
         for n in range(per_kind)
     ]  # fmt: skip
-    if not rows:
-        return
     with store.engine.begin() as conn:
+        # Their events, approvals and dead letters go with them (the foreign keys cascade).
+        conn.execute(delete(tasks).where(tasks.c.tenant_id == DUE_TENANT))
+        if not rows:
+            return
         conn.execute(insert(tasks).values(created_at=db_now(), updated_at=db_now()), rows)
         picked = select(
-            literal("apr_") + tasks.c.id, tasks.c.id, literal("bench-due"), literal("t"),
+            literal("apr_") + tasks.c.id, tasks.c.id, literal(DUE_TENANT), literal("t"),
             literal("1"), literal({}, JsonType), literal("sha256:x"), literal("P@1"),
             literal("bench"), literal("bench"), literal("pending"), literal("bench"),
-            db_now(), db_now(),
+            db_now(), db_now_plus(-1),
         ).where(tasks.c.id.like("tsk_due_approvals_%"))  # fmt: skip
         names = [
             "id", "task_id", "tenant_id", "tool", "tool_version", "args", "action_hash",
@@ -154,32 +165,20 @@ def seed_due(store: Store, per_kind: int) -> None:
             "created_at", "expires_at",
         ]  # fmt: skip
         conn.execute(insert(approvals).from_select(names, picked))
-    make_due(store)
-
-
-def make_due(store: Store) -> None:
-    """Rewrite the due tasks' timestamps so that every sweeper finds them due again."""
-    due = tasks.c.id.like
-    with store.engine.begin() as conn:
+        # Their clocks run out: each sweeper finds its kind due.
+        due = tasks.c.id.like
         conn.execute(
             update(tasks)
             .where(due("tsk_due_lease_%"))
             .values(lease_owner="dead", lease_expires_at=db_now_plus(-10))
         )
         conn.execute(
-            update(tasks)
-            .where(due("tsk_due_dispatch_%"))
-            .values(lease_owner=None, lease_expires_at=None, dispatched_at=db_now_plus(-3600))
+            update(tasks).where(due("tsk_due_dispatch_%")).values(dispatched_at=db_now_plus(-3600))
         )
         conn.execute(
             update(tasks)
             .where(due("tsk_due_retry_%") | due("tsk_due_unknown_%") | due("tsk_due_approvals_%"))
             .values(next_attempt_at=db_now_plus(-1), dispatched_at=db_now_plus(-3600))
-        )
-        conn.execute(
-            update(approvals)
-            .where(approvals.c.id.like("apr_tsk_due_%"))
-            .values(status="pending", expires_at=db_now_plus(-1))
         )
 
 
