@@ -64,6 +64,12 @@ class Settings(BaseModel):
         "tenant directory, rate buckets, semaphores",
         shown="the broker's, if Redis",
     )
+    sentinel_master: str = _setting(
+        "mymaster",
+        "the Redis Sentinel service name, when the broker URL is `sentinel://host:26379` "
+        "(several sentinels: `sentinel://h1:26379;sentinel://h2:26379`)",
+        min_length=1,
+    )
     # -- how long a database call may wait (Postgres) ----------------------------------------
     # An API answer waits at most about POOL_TIMEOUT + CONNECT_TIMEOUT, or STATEMENT_TIMEOUT
     # once its statement runs; past that it is a 503, never a hang.

@@ -8,6 +8,8 @@ import signal
 import sys
 from typing import Any
 
+from agent_jobs.cli import bench_failover
+
 
 def _print(result: dict[str, Any], as_json: bool, render: Any) -> int:
     """Print one result: the rendered figures, or one JSON object."""
@@ -487,3 +489,4 @@ def _register_outage(bsub: Any) -> None:
     o.add_argument("--scenarios", default="postgres,redis", help="comma-separated: postgres, redis")
     o.add_argument("--json", action="store_true")
     o.set_defaults(func=_guarded(cmd_outage))
+    bench_failover.register(bsub, _guarded)

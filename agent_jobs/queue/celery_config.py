@@ -17,6 +17,7 @@ from kombu import Exchange, Queue  # type: ignore[attr-defined]
 from agent_jobs.config import Settings
 from agent_jobs.core.names import control_queue, submit_queue
 from agent_jobs.orchestrator.sweep_kinds import periods as sweep_periods
+from agent_jobs.queue.broker_redis import is_sentinel
 from agent_jobs.queue.transport import transport_for
 from agent_jobs.releases.schedule import beat_entries as release_beat_entries
 
@@ -48,7 +49,9 @@ def celery_settings(cfg: Settings) -> dict[str, Any]:
             "visibility_timeout": VISIBILITY_TIMEOUT_S,
             # The in-process broker polls; its 1 s default would make the embedded demo crawl.
             "polling_interval": 0.005 if cfg.embedded else 1.0,
-        },
+        }
+        # Under Sentinel: the service whose primary the Sentinels are asked for.
+        | ({"master_name": cfg.sentinel_master} if is_sentinel(cfg.broker_url) else {}),
         # A step is acknowledged after it ran; a worker lost mid-step gets its message
         # redelivered.
         "task_acks_late": True,

@@ -31,6 +31,7 @@ import redis
 from celery import bootsteps
 
 from agent_jobs.core.names import shared_queue, tenant_of_queue, tenant_queue
+from agent_jobs.queue.broker_redis import broker_redis, is_sentinel
 from agent_jobs.queue.ready_ring import ring_for
 from agent_jobs.queue.runtime import Runtime, get_runtime
 
@@ -53,10 +54,21 @@ class TenantQueues(bootsteps.StartStopStep):  # type: ignore[misc]
     def start(self, c: Any) -> None:
         runtime = get_runtime()
         self._sync(c, from_db=True)
+        self._resend(runtime)
         self._redispatch(runtime)
         self._tref = c.timer.call_repeatedly(
             runtime.settings.queue_sync_interval_s, self._sync, (c,), priority=10
         )
+
+    @staticmethod
+    def _resend(runtime: Runtime) -> None:
+        """What this process failed to send while the broker was away, sent again now."""
+        try:
+            runtime.publisher.resend_unsent()
+        except Exception:
+            log.warning(
+                "resending steps the broker refused failed; the sweeper will", exc_info=True
+            )
 
     @staticmethod
     def _redispatch(runtime: Runtime) -> None:
@@ -110,6 +122,7 @@ class TenantQueues(bootsteps.StartStopStep):  # type: ignore[misc]
                 self._consume(c, tenant_queue(cfg.queue_prefix, tenant), declare=declare)
             self._drop_idle(c, runtime, wanted)
             self._recheck(c, runtime)
+            self._resend(runtime)
         except Exception:  # a blip in Redis or the database must not stop the consumer
             log.exception("tenant queue sync failed; will retry")
 
@@ -128,13 +141,13 @@ class TenantQueues(bootsteps.StartStopStep):  # type: ignore[misc]
 
     def _broker_client(self, runtime: Runtime) -> redis.Redis:
         if self._broker is None:
-            url = runtime.settings.broker_url
-            self._broker = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+            cfg = runtime.settings
+            self._broker = broker_redis(cfg.broker_url, cfg.sentinel_master)
         return self._broker
 
     def _queue_length(self, runtime: Runtime, queue: str) -> int | None:
         url = runtime.settings.broker_url
-        if not url.startswith(("redis://", "rediss://")):
+        if not url.startswith(("redis://", "rediss://")) and not is_sentinel(url):
             return None  # no way to look; never drop (the embedded broker has few tenants)
         return int(self._broker_client(runtime).llen(queue))
 

@@ -21,6 +21,7 @@ from agent_jobs.core.names import (
     tenant_queue,
 )
 from agent_jobs.queue import step_message
+from agent_jobs.queue.broker_redis import broker_redis
 from agent_jobs.queue.carried_rows import CLAIM_HINT, CarriedRows
 from agent_jobs.queue.directory import TenantDirectory
 from agent_jobs.queue.gate import GatedDispatcher
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 # What a broker that does not answer raises (redis-py directly, kombu around it, the socket).
 _UNREACHABLE = (redis.ConnectionError, redis.TimeoutError, KombuOperationalError, OSError)
+# Sends kept for `resend_unsent` at most, per process (the sweeper repeats any beyond).
+UNSENT_KEPT = 10_000
 
 
 class CeleryPublisher:
@@ -73,6 +76,12 @@ class CeleryPublisher:
         self.gated: GatedDispatcher | None = None
         self._local = threading.local()
         self._direct_conf: bool | None = None
+        # Dispatches whose send failed because the broker did not answer (a failover, a restart),
+        # by task id: sent again by `resend_unsent` as soon as the broker answers, instead of
+        # waiting out the dispatch sweeper's grace. A duplicate is harmless (the step finds the
+        # task claimed or moved on); the sweeper still repeats what this process forgets.
+        self._unsent: dict[str, Dispatch] = {}
+        self._unsent_lock = threading.Lock()
 
     def publish(self, dispatch: Dispatch) -> None:
         if self.gated is not None:
@@ -104,11 +113,14 @@ class CeleryPublisher:
             elif dispatch.claim:
                 carried = dict(CLAIM_HINT)
             self._send_step(dispatch.task_id, queue, carried)
+            if self._unsent:
+                self.resend_unsent()  # the broker answers again
         except Exception as exc:
             # A producer that failed may hold a dead connection: the next publish makes another.
             self._drop_producer()
             # The dispatch is recorded in the task row; the dispatch sweeper will repeat it.
             if isinstance(exc, _UNREACHABLE):
+                self._remember_unsent(dispatch)
                 # The broker away is an expected state, not a bug: one line that says why (a
                 # redis traceback says nothing more, and a CLI `submit` printed forty lines).
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -121,6 +133,22 @@ class CeleryPublisher:
                 log.exception(
                     "publishing a step for %s failed; the sweeper will retry", dispatch.task_id
                 )
+
+    def _remember_unsent(self, dispatch: Dispatch) -> None:
+        with self._unsent_lock:
+            if len(self._unsent) < UNSENT_KEPT:
+                self._unsent[dispatch.task_id] = dispatch
+
+    def resend_unsent(self) -> int:
+        """Send again what failed for want of the broker (see `__init__`); how many went out.
+        Called after a send succeeds and when a worker (re)connects to the broker."""
+        with self._unsent_lock:
+            waiting, self._unsent = self._unsent, {}
+        for dispatch in waiting.values():
+            self.send(dispatch)  # one that fails again is remembered again
+        if waiting:
+            log.warning("sent %d step(s) again that the broker had refused", len(waiting))
+        return len(waiting)
 
     def _send_step(self, task_id: str, queue: str, carried: dict[str, Any] | None = None) -> None:
         channel = self._direct_channel()
@@ -220,8 +248,8 @@ def _only_our_publish_signals() -> bool:
 class RedisBrokerProbe:
     """A sentinel key in the broker's Redis. If it is gone, so are the queued messages."""
 
-    def __init__(self, url: str, prefix: str) -> None:
-        self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    def __init__(self, url: str, prefix: str, sentinel_master: str = "mymaster") -> None:
+        self._redis = broker_redis(url, sentinel_master)
         self._key = broker_sentinel_key(prefix)
 
     def lost_since_last_check(self) -> bool:

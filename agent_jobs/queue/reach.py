@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from agent_jobs.config import env_name
+from agent_jobs.queue.broker_redis import broker_redis, is_sentinel
 from agent_jobs.store.engine import database_error_line, make_engine, shown_url
 
 if TYPE_CHECKING:
@@ -63,12 +64,8 @@ def broker_problem(cfg: Settings) -> str | None:
         return None
     timeout = cfg.db_connect_timeout_s
     try:
-        if url.startswith(("redis://", "rediss://")):
-            import redis  # noqa: PLC0415
-
-            client = redis.Redis.from_url(
-                url, socket_timeout=timeout, socket_connect_timeout=timeout
-            )
+        if url.startswith(("redis://", "rediss://")) or is_sentinel(url):
+            client = broker_redis(url, cfg.sentinel_master, timeout_s=timeout)
             try:
                 client.ping()
             finally:

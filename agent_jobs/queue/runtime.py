@@ -24,6 +24,7 @@ from agent_jobs.orchestrator.ports import BrokerProbe, FreshInProcessBroker, Nev
 from agent_jobs.orchestrator.registry import WorkflowRegistry
 from agent_jobs.orchestrator.runner import Orchestrator
 from agent_jobs.orchestrator.sweepers import Sweepers
+from agent_jobs.queue.broker_redis import is_sentinel
 from agent_jobs.queue.carried_rows import CarriedRows
 from agent_jobs.queue.directory import (
     InMemoryTenantDirectory,
@@ -110,8 +111,8 @@ def build_runtime(
         directory = RedisTenantDirectory(redis_url, cfg.queue_prefix)
     else:
         directory = _embedded_directory
-    if cfg.broker_url.startswith(("redis://", "rediss://")):
-        probe = RedisBrokerProbe(cfg.broker_url, cfg.queue_prefix)
+    if cfg.broker_url.startswith(("redis://", "rediss://")) or is_sentinel(cfg.broker_url):
+        probe = RedisBrokerProbe(cfg.broker_url, cfg.queue_prefix, cfg.sentinel_master)
     elif cfg.embedded:
         probe = FreshInProcessBroker()
     else:

@@ -56,15 +56,18 @@ _bytes_to_str: Any = kombu_encoding.bytes_to_str
 _loads: Any = kombu_json.loads
 _dumps: Any = kombu_json.dumps
 
-# The class path Celery's `broker_transport` names (kombu imports it on first use).
+# The class paths Celery's `broker_transport` names (kombu imports them on first use).
 TRANSPORT = "agent_jobs.queue.transport:Transport"
+SENTINEL_TRANSPORT = "agent_jobs.queue.transport:SentinelTransport"
 
-# The URL schemes this transport serves. `rediss://` is left to kombu: kombu turns TLS on from
-# the scheme's name, which an explicit transport would bypass. `sentinel://` has its own channel.
-SCHEMES = frozenset({"redis"})
+# The URL schemes these transports serve. `rediss://` is left to kombu: kombu turns TLS on from
+# the scheme's name, which an explicit transport would bypass.
+SCHEMES = frozenset({"redis", "sentinel"})
 
 _RedisChannel: Any = kombu_redis.Channel
 _RedisTransport: Any = kombu_redis.Transport
+_SentinelChannel: Any = kombu_redis.SentinelChannel
+_SentinelTransport: Any = kombu_redis.SentinelTransport
 
 
 def _ring_of_settings() -> ReadyRing | None:
@@ -217,6 +220,17 @@ class Transport(_RedisTransport):  # type: ignore[misc]
     Channel = StepChannel
 
 
+class SentinelStepChannel(StepChannel, _SentinelChannel):  # type: ignore[misc]
+    """kombu's Sentinel channel (it asks the Sentinels for the primary at each connection) with
+    everything `StepChannel` adds: step acks in memory, one client, the ready ring."""
+
+
+class SentinelTransport(_SentinelTransport):  # type: ignore[misc]
+    """kombu's Sentinel transport, whose channels are `SentinelStepChannel`s."""
+
+    Channel = SentinelStepChannel
+
+
 _KombuConnection: Any = KombuConnection
 _CeleryAMQP: Any = CeleryAMQP
 
@@ -227,7 +241,11 @@ class Connection(_KombuConnection):  # type: ignore[misc]
     by the scheme of that URL. `resolve_aliases` is kombu's own display mapping (`pyamqp` shows
     as `amqp`); a clone keeps the transport itself."""
 
-    resolve_aliases = {**_KombuConnection.resolve_aliases, TRANSPORT: "redis"}
+    resolve_aliases = {
+        **_KombuConnection.resolve_aliases,
+        TRANSPORT: "redis",
+        SENTINEL_TRANSPORT: "sentinel",
+    }
 
 
 class AMQP(_CeleryAMQP):  # type: ignore[misc]
@@ -239,12 +257,17 @@ class AMQP(_CeleryAMQP):  # type: ignore[misc]
 
 
 def transport_for(broker_url: str) -> str | None:
-    """The `broker_transport` setting for `broker_url`: this transport for a `redis://` URL,
-    else None (kombu picks by the scheme). A failover list (`;`) is left to kombu: its switch to
-    the next URL re-derives the transport from that URL's scheme."""
+    """The `broker_transport` setting for `broker_url`: this transport for a `redis://` URL, its
+    Sentinel form for `sentinel://` URLs (one, or a `;` list of the Sentinels: kombu's channel
+    asks each in turn for the primary), else None (kombu picks by the scheme). A failover list
+    of `redis://` URLs is left to kombu: its switch to the next URL re-derives the transport
+    from that URL's scheme. Sentinel is the way to fail over with this transport."""
     # The scheme exactly as kombu reads it (`urlparse`'s lenience about case and stray
     # whitespace is not kombu's alias lookup).
-    if ";" in broker_url or not broker_url.startswith(tuple(f"{s}://" for s in SCHEMES)):
+    parts = broker_url.split(";")
+    if all(p.startswith("sentinel://") for p in parts):
+        return SENTINEL_TRANSPORT
+    if len(parts) > 1 or not broker_url.startswith("redis://"):
         return None
     return TRANSPORT
 
@@ -252,8 +275,11 @@ def transport_for(broker_url: str) -> str | None:
 __all__ = [
     "AMQP",
     "SCHEMES",
+    "SENTINEL_TRANSPORT",
     "TRANSPORT",
     "Connection",
+    "SentinelStepChannel",
+    "SentinelTransport",
     "StepChannel",
     "Transport",
     "transport_for",

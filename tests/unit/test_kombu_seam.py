@@ -171,14 +171,37 @@ def test_the_app_shows_a_redis_url_and_uses_our_transport() -> None:
 def test_celery_settings_select_our_transport_for_redis_only() -> None:
     redis_cfg = Settings(broker_url="redis://127.0.0.1:6379/0")
     assert celery_settings(redis_cfg)["broker_transport"] == transport.TRANSPORT
-    for url in ("memory://", "amqp://guest@localhost//", "rediss://h:6380/0", "sentinel://h:1"):
+    for url in (
+        "memory://",
+        "amqp://guest@localhost//",
+        "rediss://h:6380/0",
+        "redis://a;redis://b",
+    ):
         assert celery_settings(Settings(broker_url=url))["broker_transport"] is None
+    for url in ("sentinel://h:1", "sentinel://h:1;sentinel://h2:2/3"):
+        got = celery_settings(Settings(broker_url=url, sentinel_master="svc"))
+        assert got["broker_transport"] == transport.SENTINEL_TRANSPORT
+        assert got["broker_transport_options"]["master_name"] == "svc"
+    assert "master_name" not in celery_settings(redis_cfg)["broker_transport_options"]
+
+
+def test_the_sentinel_transport_is_kombus_with_our_channel() -> None:
+    assert issubclass(kombu_redis.SentinelTransport, kombu_redis.Transport)
+    assert kombu_redis.SentinelTransport.Channel is kombu_redis.SentinelChannel
+    assert transport.SentinelTransport.Channel is transport.SentinelStepChannel
+    mro = transport.SentinelStepChannel.__mro__
+    # Ours first, then kombu's Sentinel channel, then kombu's Redis channel.
+    assert mro.index(transport.StepChannel) < mro.index(kombu_redis.SentinelChannel)
+    assert mro.index(kombu_redis.SentinelChannel) < mro.index(kombu_redis.Channel)
+    assert "master_name" in kombu_redis.SentinelChannel.from_transport_options
 
 
 @given(st.text(max_size=200))
 def test_transport_for_any_text_is_ours_only_for_a_single_redis_url(url: str) -> None:
     got = transport.transport_for(url)
-    assert got in (None, transport.TRANSPORT)
-    if got is not None:
+    assert got in (None, transport.TRANSPORT, transport.SENTINEL_TRANSPORT)
+    if got == transport.TRANSPORT:
         assert ";" not in url
         assert url.startswith("redis://")
+    if got == transport.SENTINEL_TRANSPORT:
+        assert all(part.startswith("sentinel://") for part in url.split(";"))
