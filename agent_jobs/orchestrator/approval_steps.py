@@ -28,22 +28,23 @@ class ApprovalSteps(StepBase):
     # -- asked again: every resend of a recorded intent ----------------------------------------
 
     def authorize_resend(
-        self, s: Session, action: Action, rt: dict[str, Any], *, applied_nothing: bool
+        self, s: Session, action: Action, rt: dict[str, Any], *, not_applied: str
     ) -> Patch | None:
         """Ask the policy and the levers in force now before a recorded intent goes out again
         (a resend after a throttle, a retry after reconcile found nothing): invariant 11. None
         when it may go; otherwise the patch that stops it. `needs_approval` is covered by the
         grant consumed with this intent while that grant still holds (same action, unexpired,
         same policy version); otherwise a person is asked again (APPROVAL_WAIT). `deny`: not
-        sent, escalated. `applied_nothing`: the last answer was a definitive refusal (a
-        throttle), so a stopped intent is closed as failed, not left open."""
+        sent, escalated. `not_applied`: what says nothing was applied under the key (`throttled`:
+        a definitive refusal; `not_found`: a reconcile read), the code an intent stopped here
+        is closed with: failed, never left open for a cancel to leave behind."""
         auth = self.authorize(s, action)
         rt["last_policy"] = {
             "decision": auth.kind,
             "policy_version": auth.policy_version,
             "reason": auth.reason,
         }
-        closed = EffectWrite(action, "failed", {"code": "throttled"}) if applied_nothing else None
+        closed = EffectWrite(action, "failed", {"code": not_applied})
         if auth.kind == "deny":
             return Patch(
                 to=S.ESCALATED,

@@ -240,7 +240,7 @@ class EffectSteps(StepBase):
         of now allow it (`authorize_resend`); the levers that hold effects are asked again by
         `execute_after` itself."""
         action = Action.model_validate(rt["pending_action"])
-        stopped = self.authorize_resend(s, action, rt, applied_nothing=True)
+        stopped = self.authorize_resend(s, action, rt, not_applied="throttled")
         if stopped is not None:
             return stopped
         so_far = rt.get(THROTTLES_KEY) or {}
@@ -354,7 +354,7 @@ class EffectSteps(StepBase):
                     "reason": f"the effect could not be completed: sent {sent} times, one key"
                 },
             )
-        stopped = self.authorize_resend(s, action, rt, applied_nothing=False)
+        stopped = self.authorize_resend(s, action, rt, not_applied="not_found")
         if stopped is not None:
             return stopped
         rt["reconcile_failures"] = 0

@@ -160,7 +160,7 @@ class StepBase(ABC):
 
     @abstractmethod
     def authorize_resend(
-        self, s: Session, action: Action, rt: dict[str, Any], *, applied_nothing: bool
+        self, s: Session, action: Action, rt: dict[str, Any], *, not_applied: str
     ) -> Patch | None:
         """Ask the policy and levers of now before a recorded intent goes out again: None to
         send, or the patch that stops it (`ApprovalSteps`)."""

@@ -135,6 +135,8 @@ def test_the_autonomy_lever_turned_to_zero_is_asked_again_before_the_effect_goes
     pending = Action.model_validate(waiting.state["runtime"]["pending_action"])
     assert asked.status == "pending" and asked.action_hash == pending.action_hash
     assert pending.idempotency_key == f"pay:{task.id}", "the same key, once a person says so"
+    (effect,) = store.effects(task.id)
+    assert effect.status == "failed", "nothing applied: the intent is closed while a person looks"
 
     h.orchestrator.decide_approval(asked.approval_id, "oncall-lead", grant=True)
     final = h.settle(task.id)
@@ -160,6 +162,23 @@ def test_an_action_the_policy_now_denies_is_not_sent_again(
     assert final.status is S.ESCALATED, events(store, task.id)
     assert "policy_denied_on_retry" in events(store, task.id)
     assert final.outcome is not None and "denies" in final.outcome["reason"]
+    (effect,) = store.effects(task.id)
+    assert effect.status == "failed"
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_cancel_while_a_person_looks_at_the_resend_leaves_no_open_intent(
+    store: Any, tenant: str, path: str
+) -> None:
+    h, task, ledger = start(store, tenant, path, meanwhile=lever_off_to_zero)
+    assert wake(h, task.id).status is S.APPROVAL_WAIT
+    h.orchestrator.cancel(task.id)
+    final = h.settle(task.id)
+    assert final.status is S.CANCELLED and ledger.applied == []
+    (effect,) = store.effects(task.id)
+    assert effect.status == "failed", f"left {effect.status!r} under a cancelled task"
+    (asked,) = store.list_approvals(tenant)
+    assert asked.status == "void"
 
 
 def test_a_grant_that_still_covers_the_action_lets_a_throttled_resend_go_without_asking_again(
