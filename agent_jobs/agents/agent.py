@@ -14,9 +14,12 @@
 The agent is a `Workflow`; its hooks are a generic tool-calling step (`steps.py`), so what the
 orchestrator gives every workflow applies unchanged: intent committed before the effect, the
 effect's outcome reconciled by key when unknown, approvals bound to the action hash, leases,
-fencing, tenant fairness. Its steps: `work` (the model sees every tool, reads run, one effect is
-proposed), then, after an effect, `reply` (reads only), each with at most `max_model_calls`
-calls; a final draft goes to the verifier, which checks its claims against the facts.
+fencing, tenant fairness. Its steps: `work` (the model sees every tool, reads run, an effect is
+proposed alone), again after each effect while fewer than `max_effects` are applied (the agent
+decides its next step from its facts: a second effect is an ordinary decision, with its own
+intent, policy decision, approval and key), then `reply` (reads only), each with at most
+`max_model_calls` calls between two effects; a final draft goes to the verifier, which checks
+its claims against the facts of every effect.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ from agent_jobs.tools.descriptors import NO_RETRY, RetryPolicy
 from agent_jobs.tools.mcp import McpToolSource
 
 F = TypeVar("F", bound=Callable[..., Any])
+# Effects one task may apply, at most: each is a model step, a policy decision and perhaps a
+# person's approval; more belongs in several tasks (the orchestrator lists 20 in an outcome).
+MAX_EFFECTS = 10
 C = TypeVar("C", bound=type[Claim])
 
 
@@ -74,11 +80,14 @@ class Agent:
         scripted_model: Rules | None = None,
         max_model_calls: int = 6,
         max_redrafts: int = 1,
+        max_effects: int = 1,
     ) -> None:
         if not prompt.strip():
             raise ConfigError(f"agent {name}: the prompt is empty")
         if not 1 <= max_model_calls <= 50 or not 0 <= max_redrafts <= 5:
             raise ConfigError(f"agent {name}: max_model_calls 1-50, max_redrafts 0-5")
+        if not 1 <= max_effects <= MAX_EFFECTS:
+            raise ConfigError(f"agent {name}: max_effects 1-{MAX_EFFECTS}")
         self.name = name
         self.version = version
         self.prompt = prompt
@@ -89,6 +98,9 @@ class Agent:
         self.scripted_model = scripted_model
         self.max_model_calls = max_model_calls
         self.max_redrafts = max_redrafts
+        # One by default: a policy written for one effect per task (a cap per refund) is not
+        # widened to several without its author saying so.
+        self.max_effects = max_effects
         self.claims: dict[str, type[Claim]] = {}
         self.effects: dict[str, Effect] = {}
         self._descriptors: list[ToolDescriptor] = []

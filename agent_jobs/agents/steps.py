@@ -3,8 +3,12 @@
 `decide` (RUNNING): one bounded model call offering the step's own tools. Reads it proposes run
 through the tool executor at once (their results become facts and `tool` messages); an effect,
 proposed alone, becomes the orchestrator's `Act` (policy, approval, intent, execute); a final
-draft goes to the verifier. What the orchestrator tells the task on resuming (a denial, a
-rejection, the verifier's refusal) is told to the model once, as a note.
+draft goes to the verifier. After an effect the task is back in RUNNING and decides again from
+its facts: while fewer than the agent's `max_effects` are applied, `work` offers effects again
+(the next one is an `Act` like the first, with its own key, decision and approval), then `reply`
+offers reads only. `max_model_calls` bounds the model calls between two effects. What the
+orchestrator tells the task on resuming (a denial, a rejection, the verifier's refusal) is told
+to the model once, as a note.
 
 `execute` sends the effect through the executor with the stamp of the decision it rests on
 (`StepInput.decision`); `reconcile` asks the effect's lookup by key; `verify` checks the draft's
@@ -155,9 +159,10 @@ def decide(agent: Agent, inp: wf.StepInput) -> wf.StepDecision:
                        f"ships {agent.prompt_version}", state)  # fmt: skip
     step = str(state.get("step") or WORK)
     calls = dict(state.get("model_calls") or {})
-    if calls.get(step, 0) >= agent.max_model_calls:
-        return wf.Escalate(f"the model made no progress in {agent.max_model_calls} calls ({step})")
-    calls[step] = calls.get(step, 0) + 1
+    phase = _phase(state, step)
+    if calls.get(phase, 0) >= agent.max_model_calls:
+        return wf.Escalate(f"the model made no progress in {agent.max_model_calls} calls ({phase})")
+    calls[phase] = calls.get(phase, 0) + 1
     state["model_calls"] = calls
     tools = agent.offered(step, inp.tenant_id)
     asked = ask(
@@ -181,6 +186,13 @@ def decide(agent: Agent, inp: wf.StepInput) -> wf.StepDecision:
     return _tool_calls(
         agent, inp, state, list(proposal.get("calls") or []), {d.name for d in tools}
     )
+
+
+def _phase(state: dict[str, Any], step: str) -> str:
+    """What the model-call bound counts in: `work` until the first effect, `work.2` after it
+    (the calls toward a second effect are a budget of their own), ...; `reply` once."""
+    done = len(Facts.of(state).effects)
+    return step if step != WORK or done == 0 else f"{step}.{done + 1}"
 
 
 def _tool_calls(
@@ -242,6 +254,16 @@ def _act(
     except InvalidInput as exc:
         _note(state, f"{d.name} arguments cannot make its key: {exc}")
         return wf.Observe(state, note="effect key refused")
+    done = Facts.of(state).effects
+    if any(e.get("idempotency_key") == key for e in done):
+        # Its key is this task's record that it happened: it is never sent twice (the store
+        # would refuse the intent), so the model is told, not the task failed.
+        _note(state, f"{d.name} was already applied in this task under the same key; it is not "
+                     "sent again. Propose another effect, or draft the reply.")  # fmt: skip
+        return wf.Observe(state, note="effect already applied")
+    if len(done) >= agent.max_effects:
+        _note(state, f"This task has applied its {agent.max_effects} effect(s); draft the reply.")
+        return wf.Observe(state, note="effects bound reached")
     action = Action(tool=d.name, tool_version=d.version, args=args, idempotency_key=key)
     state["proposed"] = d.name
     return wf.Act(action, state)
@@ -327,8 +349,16 @@ def after_effect(
                               "idempotency_key": action.idempotency_key, "result": done,
                               "found_by": result.get("found_by")})  # fmt: skip
     _say(state, {"role": "tool", "tool": action.tool, "result": done})
-    # Then the reply, with reads only: no second effect can be proposed after this one.
-    state["step"] = REPLY
+    # A refusal met before this effect is not why the task ends (`_declined`).
+    state["refusals"] = []
+    applied = len(Facts.of(state).effects)
+    if applied >= agent.max_effects:
+        # Then the reply, with reads only: no further effect can be proposed.
+        state["step"] = REPLY
+    else:
+        state["step"] = WORK
+        _note(state, f"{action.tool} applied ({applied} of at most {agent.max_effects} effects "
+                     "in this task). Propose the next effect, or draft the reply.")  # fmt: skip
     return wf.AfterEffect(state, verify=False)
 
 
@@ -357,18 +387,19 @@ def verify(agent: Agent, inp: wf.StepInput) -> wf.Verdict:
             "model_calls": usage(state).calls,
             "model_cost_inr": str(usage(state).cost),
             "redrafts": int(state.get("redrafts") or 0),
-            "declined": _declined(state, facts),
+            "declined": _declined(state),
         },
         state,
     )
 
 
-def _declined(state: dict[str, Any], facts: Facts) -> dict[str, Any] | None:
-    """Why the task ends without the effect it proposed: the last refusal it met (a policy's
-    or a person's denial, an approval that expired or failed revalidation, the system's
-    rejection). None when an effect was applied or none was refused."""
+def _declined(state: dict[str, Any]) -> dict[str, Any] | None:
+    """Why the task ends without the effect it proposed last: the last refusal it met since
+    its last applied effect (a policy's or a person's denial, an approval that expired or
+    failed revalidation, the system's rejection). None when its last proposal was applied or
+    none was refused (`after_effect` clears the refusals an applied effect makes moot)."""
     refusals = state.get("refusals") or []
-    return None if facts.effects or not refusals else dict(refusals[-1])
+    return dict(refusals[-1]) if refusals else None
 
 
 def _done(effect: Any) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from agent_jobs.agents import Agent, Policy, model, steps
+from agent_jobs.agents import agent as agent_module
 from agent_jobs.agents.claims import MAX_CLAIMS
 from agent_jobs.agents.declare import DEFAULT_TIMEOUT_S
 from agent_jobs.agents.facts import MAX_FACTS
@@ -48,6 +49,8 @@ CASES = [
      model.proposal_schema([])["allOf"][0]["then"]["properties"]["calls"]["maxItems"] == 8
      and MAX_CLAIMS == 20),
     ("Model calls per step", "6 (1 to 50)", default(Agent, "max_model_calls") == 6),
+    ("Effects per task", "1 (1 to 10)",
+     default(Agent, "max_effects") == 1 and agent_module.MAX_EFFECTS == 10),
     ("Redrafts after a failed", "1 (0 to 5)", default(Agent, "max_redrafts") == 1),
     ("A tool call (function", "10 s",
      DEFAULT_TIMEOUT_S == 10.0 and McpToolConfig("t", "read", frozenset({"w"})).timeout_s == 10.0),
@@ -69,5 +72,5 @@ def test_the_table_says_what_the_code_does(row: str, shown: str, holds: bool) ->
 def test_every_row_is_checked() -> None:
     checked = {c[0] for c in CASES}
     unchecked = [k for k in rows() if not any(k.startswith(c) for c in checked)]
-    # The route's budgets and the one effect are checked where they are defined (routes, steps).
-    assert unchecked == ["Model calls and input tokens per task, per call", "Effects per task"]
+    # The route's budgets are checked where they are defined (the routes file's tests).
+    assert unchecked == ["Model calls and input tokens per task, per call"]
