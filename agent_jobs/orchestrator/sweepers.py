@@ -204,8 +204,9 @@ class Sweepers:
         """Tasks held at the dispatch gate whose turn has come (a slot of a dead holder expired,
         a fair-share position moved on, a model slot freed): the pump's safety net. And steps a
         workflow deferred (`Deferred`: a shared resource of its own was busy), which nothing
-        else releases: they go out again once a sweep, gate or no gate, and defer again if the
-        resource is still busy (one try a sweep interval, not a loop)."""
+        else releases: gate or no gate, a sweep lets one out once it has waited as long as it
+        has been deferring (at least 2 s, at most `AGENT_JOBS_HELD_POLL_MAX_S`: `holds.
+        take_held`), and it defers again if the resource is still busy (backoff, not a loop)."""
         moved = self.gated.sweep() if self.gated is not None else 0
         taken = self.store.take_held(HoldReason.DEFERRED.value, limit=self.settings.sweep_batch)
         self._publish_all("held", taken)
