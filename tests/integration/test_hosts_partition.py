@@ -93,7 +93,7 @@ def test_hosts_cut_from_redis_and_postgres_and_healed_lose_nothing_and_write_not
         key = f"h{time.time_ns()}"
         return str(rt.orchestrator.submit(tenant, key, request, requester="svc").task.id)
 
-    ids = [submit(f"host{i % 3}", "noop@1", {"steps": 20, "sleep_ms": 20}) for i in range(9)]
+    ids = [submit(f"host{i % 3}", "noop@1", {"steps": 60, "sleep_ms": 20}) for i in range(9)]
     ids += [
         submit("hostpay", "example@1", {"account": f"acc_{i}", "amount_minor": 900, "reads": 1})
         for i in range(4)
@@ -102,14 +102,17 @@ def test_hosts_cut_from_redis_and_postgres_and_healed_lose_nothing_and_write_not
     a.redis.cut()  # host A loses Redis: its fetch and its publishes fail
     time.sleep(4.0)
     a.redis.restore()
+    healed = {"A from Redis": store.db_now()}
     b.pg.cut()  # host B loses Postgres for longer than a lease: another host takes its tasks
     time.sleep(LEASE_S + 2.0)
     b.pg.restore()
+    healed["B from Postgres"] = store.db_now()
     a.redis.cut()  # host A isolated from both, then back
     a.pg.cut()
     time.sleep(3.0)
     a.redis.restore()
     a.pg.restore()
+    healed["A isolated"] = store.db_now()
     wait_until(
         "every task terminal",
         lambda: all(store.get(t).status in TERMINAL for t in ids),
@@ -128,4 +131,15 @@ def test_hosts_cut_from_redis_and_postgres_and_healed_lose_nothing_and_write_not
             assert after.from_status == before.to_status, (task_id, before, after)
         assert store.get(task_id).version == len(moves), task_id  # creation included
     assert a.worker.proc.poll() is None and b.worker.proc.poll() is None  # no worker exited
+    # Each host moves again soon after its heal (the bound: 10 s after the heal), when
+    # work was still waiting then: its first commit after it (events name the committing worker).
+    events = [e for t in ids for e in store.events(t)]
+    for what, at in healed.items():
+        host = "hostA" if what.startswith("A") else "hostB"
+        if all(e.at <= at for e in events):
+            continue  # everything had finished
+        mine = [e.at for e in events if str(e.data.get("by", "")).startswith(f"{host}#")]
+        after = [x for x in mine if x > at]
+        assert after, f"{host} never committed after its heal ({what})"
+        assert (min(after) - at).total_seconds() <= 10.0, (what, min(after) - at)
     assert a.redis.cuts and b.pg.cuts  # the partitions happened
