@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Any
 
-from agent_jobs.cli import bench_failover
+from agent_jobs.cli import bench_failover, bench_webhooks
 
 
 def _print(result: dict[str, Any], as_json: bool, render: Any) -> int:
@@ -329,6 +329,7 @@ def register(sub: Any) -> None:
     _side_by_side_options(pe, pairs=3)
     pe.add_argument("--json", action="store_true")
     pe.set_defaults(func=_guarded(cmd_peers))
+    bench_webhooks.register(bsub, _guarded)
 
     f = bsub.add_parser("fairness", help="a lone tenant's wait behind another tenant's backlog")
     f.add_argument("--tenants", type=int, default=20, help="tenants with queues")

@@ -1,0 +1,3 @@
+from examples.webhook_receiver.receiver import main
+
+main()
