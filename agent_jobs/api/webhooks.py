@@ -71,9 +71,16 @@ class WebhookSecret(_Model):
     )
 
 
+class DeliveryCounts(_Model):
+    pending: int
+    delivered: int
+    dead: int
+
+
 class WebhookEndpointList(_Model):
     endpoints: list[WebhookEndpoint]
     event_types: list[str] = Field(description="Every event type an endpoint may ask for.")
+    deliveries: DeliveryCounts = Field(description="The tenant's deliveries by status.")
 
 
 class NewWebhook(BaseModel):
@@ -161,9 +168,12 @@ def register(request: Request, who: Caller, body: Annotated[NewWebhook, Body()])
     responses=r.errors(401, 503),
 )
 def list_endpoints(request: Request, who: Caller) -> WebhookEndpointList:
-    endpoints = service(request).endpoints(who.tenant_id)
+    svc = service(request)
+    endpoints = svc.endpoints(who.tenant_id)
     return WebhookEndpointList(
-        endpoints=[WebhookEndpoint.of(e) for e in endpoints], event_types=list(EVENT_TYPES)
+        endpoints=[WebhookEndpoint.of(e) for e in endpoints],
+        event_types=list(EVENT_TYPES),
+        deliveries=DeliveryCounts(**svc.ws.delivery_counts(who.tenant_id)),
     )
 
 

@@ -63,6 +63,8 @@ def test_an_approval_reaches_a_registered_endpoint_signed(api: HarnessApi) -> No
     assert data["policy_reason"]
     assert data["links"]["console"].startswith("/console/")
     assert "acc_9" not in rec.received[0].body.decode()  # the argument is never sent
+    counts = api.client.get("/v1/webhooks", headers=auth(a)).json()["deliveries"]
+    assert counts == {"pending": 0, "delivered": 1, "dead": 0}
     deliveries = api.client.get(f"/v1/webhooks/deliveries?task_id={task_id}", headers=auth(a))
     [d] = deliveries.json()["deliveries"]
     assert (d["status"], d["msg_id"]) == ("delivered", rec.received[0].msg_id)

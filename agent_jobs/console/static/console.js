@@ -632,7 +632,43 @@
           el("a", { href: "#timeline", onclick: () => { $("status-filter").value = s; } }, el("span", { class: "badge s-" + s }, s), " " + n))))
       : el("p", { class: "muted" }, "None."));
     renderDeadLetters(q.dead_letters);
+    await loadWebhooks();
     if (isOperator()) await loadSwitches();
+  }
+
+  // -- webhooks (the tenant's endpoints, their health and the deliveries that failed) -----------
+
+  async function loadWebhooks() {
+    const [endpoints, dead] = await Promise.all([
+      api("GET", "/v1/webhooks"),
+      api("GET", "/v1/webhooks/deliveries?status=dead&limit=20"),
+    ]);
+    const box = $("webhook-box");
+    if (!endpoints.ok || !dead.ok) {
+      $("webhooks-error").textContent = "Could not load the webhooks: " + errorText(endpoints.ok ? dead : endpoints);
+      return;
+    }
+    $("webhooks-error").textContent = "";
+    clear(box);
+    const n = endpoints.data.deliveries;
+    box.appendChild(el("p", { id: "webhook-counts" },
+      "Deliveries: " + n.delivered + " delivered, " + n.pending + " pending, " + n.dead + " dead."));
+    box.appendChild(endpoints.data.endpoints.length
+      ? el("table", { class: "grid", id: "webhook-table" },
+          el("thead", {}, el("tr", {}, ["endpoint", "url", "events", "state", "failing since"].map((h) => el("th", {}, h)))),
+          el("tbody", {}, endpoints.data.endpoints.map((e) => el("tr", {},
+            el("td", {}, el("code", {}, e.id)), el("td", {}, e.url), el("td", {}, e.event_types.join(", ")),
+            el("td", {}, e.enabled ? "enabled" : "disabled: " + (e.disabled_reason || "")),
+            el("td", {}, e.failing_since ? fmtTime(e.failing_since) : "-")))))
+      : el("p", { class: "muted" }, "No endpoint registered (POST /v1/webhooks)."));
+    if (dead.data.deliveries.length) {
+      box.appendChild(el("table", { class: "grid", id: "webhook-dead" },
+        el("thead", {}, el("tr", {}, ["webhook-id", "event", "task", "attempts", "last answer"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, dead.data.deliveries.map((d) => el("tr", {},
+          el("td", {}, el("code", {}, d.msg_id)), el("td", {}, d.event_type), el("td", {}, d.task_id || ""),
+          el("td", { class: "num" }, d.attempts),
+          el("td", {}, d.last_status ? "HTTP " + d.last_status : (d.last_error || "")))))));
+    }
   }
 
   // -- operator controls (role `operator`: the /v1/ops API, within the token's tenant) ---------
