@@ -22,7 +22,7 @@ SERVICE_ENV := AGENT_JOBS_DATABASE_URL=$(PG_URL)/agent_jobs AGENT_JOBS_BROKER_UR
 	AGENT_JOBS_JWT_SECRET="$${AGENT_JOBS_JWT_SECRET:-$$(cat $(SECRET_FILE))}" \
 	AGENT_JOBS_TOOL_SECRET="$${AGENT_JOBS_TOOL_SECRET:-$$(cat $(TOOL_SECRET_FILE))}"
 
-.PHONY: install demo demo-example demo-agent test eval lint format bench bench-transitions bench-fairness bench-sweep bench-scale \
+.PHONY: install demo demo-example demo-agent demo-helpdesk test eval lint format bench bench-transitions bench-fairness bench-sweep bench-scale \
 	bench-cost bench-peers bench-platform bench-recovery bench-history bench-outage \
 	chaos db sim api worker beat flower token schemathesis compose-config clean help
 
@@ -30,6 +30,7 @@ help:
 	@echo "make install   create .venv and install agent_jobs with its dev tools"
 	@echo "make demo      the payout and refund incidents end to end, embedded (no services needed)"
 	@echo "make demo-agent   your own agent: the order-cancellation example, end to end, embedded"
+	@echo "make demo-helpdesk   an agent with two effects (OpenAPI and MCP tools), embedded"
 	@echo "make test      the test suite (Postgres/Redis tests skip if those are down)"
 	@echo "make eval      the golden-refund and safety eval suites (5 runs a case; exit status = gate)"
 	@echo "make lint      ruff and mypy --strict"
@@ -61,6 +62,10 @@ demo-example: $(STAMP)
 # Your own agent: the order-cancellation example (examples/order_cancel), embedded.
 demo-agent: $(STAMP)
 	$(BIN)/python -m examples.order_cancel
+
+# Two effects from two tool sources: the IT helpdesk example (examples/helpdesk), embedded.
+demo-helpdesk: $(STAMP)
+	$(BIN)/python -m examples.helpdesk
 
 test: $(STAMP)
 	$(BIN)/pytest -q
