@@ -30,6 +30,9 @@ DETAIL_MAX_CHARS = 200
 # (per effect, like `effect_attempts`: how often and how long it was throttled so far).
 PARK_KEY = "park"
 THROTTLES_KEY = "effect_throttles"
+# Set when a reconcile read found nothing after a send that was never answered, until the
+# pending action's outcome is known: giving that action up escalates instead of closing it.
+UNCONFIRMED_KEY = "effect_unconfirmed"
 # What the previous code wrote instead (read only by `from_legacy` and `current_runtime`).
 _LEGACY_KEYS = ("throttle", "resume")
 

@@ -11,9 +11,10 @@ from dataclasses import replace
 from typing import Any
 
 from agent_jobs.core.contracts import Action, ApprovalView
-from agent_jobs.core.park import THROTTLES_KEY
+from agent_jobs.core.park import THROTTLES_KEY, UNCONFIRMED_KEY
 from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
 from agent_jobs.core.states import Status
+from agent_jobs.ops.live import current as current_switches
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.orchestrator.patches import action_summary, note, with_runtime
 from agent_jobs.orchestrator.session import Session
@@ -44,14 +45,25 @@ class ApprovalSteps(StepBase):
             "policy_version": auth.policy_version,
             "reason": auth.reason,
         }
-        closed = EffectWrite(action, "failed", {"code": not_applied})
+        # Stopped here, the intent is closed as not applied, unless an unanswered send is
+        # behind it: then it stays unknown and an escalation names its key (a lookup can lag).
+        unconfirmed = bool(rt.get(UNCONFIRMED_KEY))
+        closed = (
+            EffectWrite(action, "unknown")
+            if unconfirmed
+            else EffectWrite(action, "failed", {"code": not_applied})
+        )
         if auth.kind == "deny":
+            named = {"idempotency_key": action.idempotency_key} if unconfirmed else {}
             return Patch(
                 to=S.ESCALATED,
                 event="policy_denied_on_retry",
                 data={**action_summary(action), "reason": auth.reason},
                 state=with_runtime(None, s.task.state, rt),
-                outcome={"reason": "policy now denies the pending action; it was not sent again"},
+                outcome={
+                    "reason": "policy now denies the pending action; it was not sent again",
+                    **named,
+                },
                 effect=closed,
             )
         if auth.kind == "allow":
@@ -64,7 +76,22 @@ class ApprovalSteps(StepBase):
             note(rt, "approval_expired_before_retry", approval_id=approval_id)
         rt.pop(THROTTLES_KEY, None)  # a person decides anew: the throttle's wait is over
         reason = auth.reason or "policy requires approval"
-        return replace(self._ask(s, action, rt, auth, reason=reason), effect=closed)
+        asked = self._ask(s, action, rt, auth, reason=reason)
+        return asked if unconfirmed else replace(asked, effect=closed)
+
+    def decision_stands(self, s: Session, action: Action) -> bool:
+        """An operator may pull a lever between the policy's decision and the send (the
+        autonomy cap to 0 while the intent commits): asked again, under the switches of now, it
+        must still allow the action, or a grant consumed for it must still cover it."""
+        if s.levers is None or current_switches() == s.levers:
+            return True
+        auth = self.authorize(s, action)
+        if auth.kind == "allow":
+            return True
+        approval_id = s.runtime().get("approval_id")
+        if auth.kind == "deny" or not approval_id:
+            return False
+        return self._grant_problem(str(approval_id), action, auth) is None
 
     def _grant_problem(
         self, approval_id: str, action: Action, auth: wf.Authorization
@@ -122,10 +149,13 @@ class ApprovalSteps(StepBase):
         if approval.status == "granted":
             return self.granted(s, approval, action, rt, now)
         kind = "approval_denied" if approval.status == "denied" else "approval_expired"
+        use = ApprovalUse(approval.approval_id, "expired") if approval.status == "pending" else None
+        unconfirmed = self.abandon_unconfirmed(s, rt, kind.replace("_", " "))
+        if unconfirmed is not None:
+            return replace(unconfirmed, approval_use=use)
         rt["pending_action"] = None
         rt["approval_id"] = None
         note(rt, kind, approval_id=approval.approval_id, approver=approval.approver)
-        use = ApprovalUse(approval.approval_id, "expired") if approval.status == "pending" else None
         return Patch(
             to=S.RUNNING,
             event=kind,

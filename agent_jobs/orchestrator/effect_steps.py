@@ -12,7 +12,7 @@ from typing import Any
 
 from agent_jobs.core.contracts import Action
 from agent_jobs.core.holds import held_poll_s
-from agent_jobs.core.park import PARK_KEY, THROTTLES_KEY, Park, ParkReason
+from agent_jobs.core.park import PARK_KEY, THROTTLES_KEY, UNCONFIRMED_KEY, Park, ParkReason
 from agent_jobs.core.patch import ApprovalRequest, EffectWrite, Patch
 from agent_jobs.core.retry import backoff_s
 from agent_jobs.core.states import Status
@@ -64,6 +64,7 @@ class EffectSteps(StepBase):
         rt["pending_action"] = action.model_dump(mode="json")
         # Counters are per effect: a new action starts with none of the last one's failures.
         rt["effect_attempts"] = 0
+        rt.pop(UNCONFIRMED_KEY, None)
         rt["reconcile_failures"] = 0
         rt.pop(THROTTLES_KEY, None)
         if auth.kind == "needs_approval":
@@ -110,6 +111,10 @@ class EffectSteps(StepBase):
         # Every effect passes here, whether the workflow sends it through the tool executor or
         # calls its system itself (a workflow of your own): an operator's lever holds them all.
         held = current_switches().write_held(action.tool, s.task.tenant_id)
+        if held is None and not self.decision_stands(s, action):
+            # Held like any lever's hold: on waking the policy and levers of then decide
+            # (a person, a denial, or the send).
+            held = ("levers_changed", "a lever changed since the policy decided; asked again")
         if held is not None:
             code, message = held
             outcome: wf.EffectOutcome = wf.EffectThrottled(
@@ -134,6 +139,7 @@ class EffectSteps(StepBase):
         if isinstance(outcome, wf.EffectRejected):
             rt["pending_action"] = None
             rt["effect_attempts"] = 0
+            rt.pop(UNCONFIRMED_KEY, None)
             rt["reconcile_failures"] = 0
             note(rt, "effect_rejected", code=outcome.code, message=outcome.message, **summary)
             return Patch(
@@ -264,6 +270,7 @@ class EffectSteps(StepBase):
             state, verify = None, False
         rt["pending_action"] = None
         rt["effect_attempts"] = 0
+        rt.pop(UNCONFIRMED_KEY, None)
         rt["reconcile_failures"] = 0
         rt["last_effect"] = {**action_summary(action), "status": "committed"}
         done = list(rt.get("effects_committed") or [])
@@ -354,6 +361,9 @@ class EffectSteps(StepBase):
                     "reason": f"the effect could not be completed: sent {sent} times, one key"
                 },
             )
+        # Not found is enough to resend under the key (the system applies a key once), never to
+        # call it not applied: a lookup can lag. Until an answer says, giving it up escalates.
+        rt[UNCONFIRMED_KEY] = True
         stopped = self.authorize_resend(s, action, rt, not_applied="not_found")
         if stopped is not None:
             return stopped

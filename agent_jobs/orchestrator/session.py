@@ -29,6 +29,9 @@ class Session:
     commit_keep: Callable[[Patch], Lease]
     emit: Callable[[str, dict[str, Any]], None]
     pending: list[PendingEvent] = field(default_factory=list)
+    # The operator switches in force when this step's policy last decided (`StepBase.authorize`):
+    # if they changed before the send, the decision is asked again (`decision_stands`).
+    levers: Any = None
 
     @property
     def task(self) -> Any:

@@ -17,12 +17,18 @@ from typing import Any
 
 from agent_jobs.config import Settings
 from agent_jobs.core.contracts import Action
-from agent_jobs.core.park import PARK_KEY, Park, ParkReason
+from agent_jobs.core.park import PARK_KEY, UNCONFIRMED_KEY, Park, ParkReason
 from agent_jobs.core.patch import ApprovalUse, EffectWrite, Patch
 from agent_jobs.core.retry import backoff_s
 from agent_jobs.core.states import Status, is_legal
+from agent_jobs.ops.live import current as current_switches
 from agent_jobs.orchestrator import workflow as wf
-from agent_jobs.orchestrator.patches import error_text, failed_attempt, with_runtime
+from agent_jobs.orchestrator.patches import (
+    action_summary,
+    error_text,
+    failed_attempt,
+    with_runtime,
+)
 from agent_jobs.orchestrator.ports import Observer
 from agent_jobs.orchestrator.session import Session
 from agent_jobs.store import Store
@@ -76,6 +82,9 @@ class StepBase(ABC):
         use = None
         if rt.get("approval_id"):
             use = ApprovalUse(rt["approval_id"], "void")
+        unconfirmed = self.abandon_unconfirmed(s, rt, "cancel requested")
+        if unconfirmed is not None:
+            return replace(unconfirmed, approval_use=use)
         effect = None
         if park is not None and park.resends:
             # Parked before a resend: the system of record refused the call (a throttle) or an
@@ -91,6 +100,32 @@ class StepBase(ABC):
             outcome={"cancelled": True},
             approval_use=use,
             effect=effect,
+        )
+
+    @staticmethod
+    def abandon_unconfirmed(s: Session, rt: dict[str, Any], why: str) -> Patch | None:
+        """The pending action is given up (a cancel, a denial, an expired grant) while an earlier
+        send of it was never answered and a reconcile read found nothing (`UNCONFIRMED_KEY`): a
+        lookup can lag, so "not found" is enough to resend under the same key, never to close
+        the effect as not applied. A person must look: ESCALATED, naming the key, the effect
+        left unknown (invariant 4). None when no such send is behind the pending action."""
+        if not rt.get(UNCONFIRMED_KEY) or not rt.get("pending_action"):
+            return None
+        action = Action.model_validate(rt["pending_action"])
+        rt[UNCONFIRMED_KEY] = False
+        rt.pop(PARK_KEY, None)
+        reason = (
+            f"{why} while an earlier send of {action.tool} under {action.idempotency_key} was "
+            "never answered and a lookup found nothing (a lookup can lag): it may have been "
+            "applied; confirm with the system of record"
+        )
+        return Patch(
+            to=S.ESCALATED,
+            event="abandoned_unconfirmed_effect",
+            data={**action_summary(action), "reason": why},
+            state=with_runtime(None, s.task.state, rt),
+            outcome={"reason": reason, "idempotency_key": action.idempotency_key},
+            effect=EffectWrite(action, "unknown"),
         )
 
     @staticmethod
@@ -147,7 +182,10 @@ class StepBase(ABC):
         )
 
     def authorize(self, s: Session, action: Action) -> wf.Authorization:
-        """The workflow's policy, counted: every decision (and every revalidation) is a metric."""
+        """The workflow's policy, counted: every decision (and every revalidation) is a metric.
+        The switches it decided under are kept on the session (a lever is part of the policy:
+        the autonomy cap)."""
+        s.levers = current_switches()
         auth = s.workflow.authorize(s.inp(), action)
         self.observer.policy_decision(auth.policy_version, auth.kind)
         return auth
@@ -157,6 +195,11 @@ class StepBase(ABC):
     @abstractmethod
     def execute_after(self, s: Session, intent: Patch, action: Action) -> Patch:
         """Commit the intent (keeping the lease), then call the tool (`EffectSteps`)."""
+
+    @abstractmethod
+    def decision_stands(self, s: Session, action: Action) -> bool:
+        """Whether the policy decision this step made still holds under the switches of now
+        (`ApprovalSteps`)."""
 
     @abstractmethod
     def authorize_resend(
