@@ -30,14 +30,24 @@ from typing import Any
 
 from agent_jobs.cli.database_errors import database_problem as explained
 from agent_jobs.config import env_name, settings
+
+# Imported with this module, before the command's stages are timed: on a busy machine loading
+# Celery and the store takes seconds, which are not a wait for anyone but this process.
+from agent_jobs.queue.reach import database_problem
+from agent_jobs.queue.runtime import get_runtime
 from agent_jobs.store.engine import database_error_line, shown_url
+from agent_jobs.store.store import UNAVAILABLE
 
 # The promise: an answer within this long.
 BUDGET_S = 10.0
 # The watchdog ends the command here, counted from the process's start (imports included):
-# under the budget by more than a process takes to exit.
+# under the budget by more than a process takes to exit. Only while it waits for a service, and
+# only once that wait has had `MIN_WAIT_S`: a machine so busy that starting took the budget does
+# not get a healthy submit killed for it (it answers late instead).
 DEADLINE_S = 8.5
-PROGRESS_EVERY_S = 2.0
+MIN_WAIT_S = 1.0
+PROGRESS_EVERY_S = 3.0
+_TICK_S = 0.25  # how often the watchdog looks
 # Each database wait of the command, in seconds, at most (a lower setting stays lower). The
 # connect timeout is libpq's, which counts at least 2.
 DB_BOUNDS = {
@@ -54,6 +64,12 @@ EXIT_UNANSWERED = 3  # as a worker that cannot reach the database or the broker
 AGAIN = (
     "run the same command again (the same --key finds the task if it was recorded, and "
     "records it if not)"
+)
+
+
+NOT_RECORDED = (
+    "The task was not recorded (nothing was written): run the same command again once the "
+    "database answers (the same --key never makes a second task)."
 )
 
 
@@ -87,21 +103,26 @@ def bounded_waits() -> Iterator[None]:
 
 @dataclass
 class Watch:
-    """What the command waits on now, said every `PROGRESS_EVERY_S`; past `DEADLINE_S`
-    `on_deadline` gets the stage, how long the command has waited and the task's id once it
-    is recorded (the CLI ends the process)."""
+    """What the command waits on now, said every `PROGRESS_EVERY_S`; past `DEADLINE_S`, in a
+    wait for a service that has lasted `MIN_WAIT_S`, `on_deadline` gets the watch and how long
+    the command has run (the CLI ends the process)."""
 
     say: Callable[[str], None]
-    on_deadline: Callable[[str, float, str | None], None]
+    on_deadline: Callable[[Watch, float], None]
     deadline_s: float = DEADLINE_S
-    stage: str = "starting"
+    stage: str = "this process to start"
     started: float = field(default_factory=lambda: time.monotonic() - process_age_s())
-    task_id: str | None = None
+    task_id: str | None = None  # known once the task's row is committed (its first publish)
+    writing: bool = False  # the task's transaction may have been sent
     _stage_at: float = field(default_factory=time.monotonic)
+    _quiet: bool = True  # starting: this process's own work
     _done: threading.Event = field(default_factory=threading.Event)
 
-    def enter(self, stage: str) -> None:
-        self.stage, self._stage_at = stage, time.monotonic()
+    def enter(self, stage: str, *, quiet: bool = False, writing: bool = False) -> None:
+        """Now waiting for `stage`; `quiet`: CPU work of this process, not a wait worth a line
+        (the deadline still names it); `writing`: from here the task may be recorded."""
+        self.stage, self._stage_at, self._quiet = stage, time.monotonic(), quiet
+        self.writing = self.writing or writing
 
     def __enter__(self) -> Watch:
         threading.Thread(target=self._run, name="submit-watch", daemon=True).start()
@@ -112,12 +133,17 @@ class Watch:
 
     def _run(self) -> None:
         end = self.started + self.deadline_s
-        while not self._done.wait(timeout=min(PROGRESS_EVERY_S, max(0.0, end - time.monotonic()))):
+        said_at = 0.0
+        while not self._done.wait(timeout=_TICK_S):
             now = time.monotonic()
-            if now >= end:
-                self.on_deadline(self.stage, now - self.started, self.task_id)
+            if now >= end and not self._quiet and now - self._stage_at >= MIN_WAIT_S:
+                self.on_deadline(self, now - self.started)
                 return
-            self.say(f"waiting for {self.stage} ({now - self._stage_at:.0f} s)")
+            # Only a real wait is worth a line: this stage has taken PROGRESS_EVERY_S, and so
+            # has the time since the last line.
+            if not self._quiet and now - max(self._stage_at, said_at) >= PROGRESS_EVERY_S:
+                self.say(f"waiting for {self.stage} ({now - self._stage_at:.0f} s)")
+                said_at = now
 
 
 def process_age_s() -> float:
@@ -173,35 +199,32 @@ def where_broker() -> str:
     return f"{shown_url(settings().broker_url)} ({env_name('broker_url')})"
 
 
-def deadline_message(stage: str, waited_s: float, task_id: str | None) -> str:
+def deadline_message(watch: Watch, waited_s: float) -> str:
     """What the watchdog prints when it ends the command."""
-    head = f"no answer after {waited_s:.0f} s: still waiting for {stage}"
+    head = f"no answer after {waited_s:.0f} s: still waiting for {watch.stage}"
+    task_id = watch.task_id
     if task_id is not None:
         return (
             f"{head}.\n{task_id} is recorded; its first step is not sent yet: beat's dispatch "
             f"sweeper sends it once the broker answers (nothing to redo; `agent-jobs status "
             f"{task_id}` shows it)."
         )
-    return f"{head}.\nThe task may not be recorded: {AGAIN}."
+    if watch.writing:
+        return f"{head}.\nThe task may not be recorded: {AGAIN}."
+    return f"{head}.\n{NOT_RECORDED}"
 
 
 def submit(run: Callable[[], Any], watch: Watch) -> tuple[Any, str | None]:
     """Record the task (`run`, the orchestrator's submit) within bounded waits; the result and,
     when its first step could not be sent, why (the task is recorded all the same)."""
-    from agent_jobs.queue.reach import database_problem  # noqa: PLC0415
-
     watch.enter(f"{where_database()} to answer")
     problem = database_problem(settings())
     if problem is not None:
-        raise Unanswered(
-            f"{problem}.\nThe task was not recorded (nothing was written): run the same command "
-            "again once the database answers (the same --key never makes a second task)."
-        )
-    from agent_jobs.queue.runtime import get_runtime  # noqa: PLC0415 - Celery loads lazily
-    from agent_jobs.store.store import UNAVAILABLE  # noqa: PLC0415
-
-    watch.enter(f"{where_database()} to record the task")
+        raise Unanswered(f"{problem}.\n{NOT_RECORDED}")
+    # Building the runtime reads the operator switches (bounded like every database wait).
+    watch.enter("this process to start (its runtime and the operator switches)", quiet=True)
     rt = get_runtime()
+    watch.enter(f"{where_database()} to record the task", writing=True)
     orchestrator = rt.orchestrator
     inner = orchestrator.publisher
     orchestrator.publisher = _Staged(inner, watch, where_broker())
@@ -235,11 +258,12 @@ def unsent_message(task_id: str, why: str) -> str:
     )
 
 
-def end_now(stage: str, waited_s: float, task_id: str | None) -> None:
+def end_now(watch: Watch, waited_s: float) -> None:
     """The CLI's deadline: say what is known and exit at once (a thread blocked in a socket
     read cannot be interrupted; the process can end)."""
+    task_id = watch.task_id
     if task_id is not None:
         print(task_id, flush=True)
-    print(f"agent-jobs submit: {deadline_message(stage, waited_s, task_id)}", file=sys.stderr)
+    print(f"agent-jobs submit: {deadline_message(watch, waited_s)}", file=sys.stderr)
     sys.stderr.flush()
     os._exit(0 if task_id is not None else EXIT_UNANSWERED)
