@@ -32,8 +32,10 @@ from agent_jobs.simulation.systems import REFUSALS, Call
 from agent_jobs.store import Store, TaskRow
 
 
-class Violation(AssertionError):
-    """An invariant broke. `invariant` names it (stable: shrinking keeps the same one)."""
+class Violation(BaseException):
+    """An invariant broke. `invariant` names it (stable: shrinking keeps the same one). A
+    BaseException, as a dying worker is: raised inside a step (at a send), no handler of the
+    runtime may take it for a failed call and carry on."""
 
     def __init__(self, invariant: str, detail: str) -> None:
         super().__init__(f"{invariant}: {detail}")
@@ -68,10 +70,18 @@ def resend_allowed(previous: Sequence[Call]) -> bool:
     )
 
 
+# How a workflow records an effect's result (`effects.result`) -> what the system answered:
+# the identity for `example@1`; an agent wraps it with how it was found.
+Unwrap = Callable[[dict[str, Any] | None], Any]
+
+
 class Oracle:
-    def __init__(self, store: Store, policies: dict[str, PolicyOracle]) -> None:
+    def __init__(
+        self, store: Store, policies: dict[str, PolicyOracle], unwrap: dict[str, Unwrap]
+    ) -> None:
         self.store = store
         self.policies = policies
+        self.unwrap = unwrap
         self.tasks: list[str] = []
         self.checked_sends = 0
 
@@ -156,7 +166,8 @@ class Oracle:
             by_args: dict[str, str] = {}
             for effect in self.store.effects(task_id):
                 recorded[effect.idempotency_key] = (task, effect)
-                self._recorded_as_applied(effect, applied.get(effect.idempotency_key))
+                unwrap = self.unwrap[task.workflow.partition("@")[0]]
+                self._recorded_as_applied(effect, unwrap, applied.get(effect.idempotency_key))
                 done = applied.get(effect.idempotency_key)
                 if done is not None:
                     identity = repr(sorted(done.args.items()))
@@ -170,7 +181,7 @@ class Oracle:
         self._applied_recorded(applied, recorded)
 
     @staticmethod
-    def _recorded_as_applied(effect: Any, done: Any) -> None:
+    def _recorded_as_applied(effect: Any, unwrap: Unwrap, done: Any) -> None:
         if effect.status != "committed":
             return
         if done is None:
@@ -178,7 +189,7 @@ class Oracle:
                 "committed_was_applied",
                 f"{effect.idempotency_key} recorded committed but never applied",
             )
-        if effect.result != done.result:
+        if unwrap(effect.result) != done.result:
             raise Violation(
                 "one_stored_shape",
                 f"{effect.idempotency_key} recorded {effect.result!r}, "

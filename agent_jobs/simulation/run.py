@@ -121,6 +121,14 @@ def run_schedule(
             return Outcome(seed, world.report, None, choices.drawn, error=exc)
 
 
+@dataclass(frozen=True)
+class Failure:
+    seed: int
+    scenario: str
+    invariant: str
+    detail: str
+
+
 @dataclass
 class Summary:
     schedules: int = 0
@@ -128,33 +136,48 @@ class Summary:
     steps: int = 0
     sends: int = 0
     faults: int = 0
-    failures: list[Outcome] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
 
     @property
     def per_second(self) -> float:
         return self.schedules / self.seconds if self.seconds else 0.0
 
+    def add(self, other: Summary) -> None:
+        self.schedules += other.schedules
+        self.steps += other.steps
+        self.sends += other.sends
+        self.faults += other.faults
+        self.failures.extend(other.failures)
+
+
+def scenario_for(seed: int, scenarios: Sequence[str]) -> str:
+    """The scenarios take turns by seed, so a seed names its schedule whole."""
+    return scenarios[seed % len(scenarios)]
+
 
 def explore(
     seeds: Sequence[int],
     *,
-    scenario: str = "example",
+    scenarios: Sequence[str] = ("example",),
     actions: int = DEFAULT_ACTIONS,
     stop_at_first: bool = False,
     progress: Callable[[Summary], None] | None = None,
 ) -> Summary:
+    """Run one schedule a seed, in this process."""
     summary = Summary()
     databases = Databases()
     started = time.perf_counter()
     try:
         for seed in seeds:
+            scenario = scenario_for(seed, scenarios)
             outcome = run_schedule(databases, seed, scenario=scenario, actions=actions)
             summary.schedules += 1
             summary.steps += outcome.report.steps
             summary.sends += outcome.report.sends
             summary.faults += sum(outcome.report.faults.values())
             if outcome.failed:
-                summary.failures.append(outcome)
+                detail = str(outcome.violation or outcome.error)[:300]
+                summary.failures.append(Failure(seed, scenario, outcome.invariant, detail))
                 if stop_at_first:
                     break
             summary.seconds = time.perf_counter() - started

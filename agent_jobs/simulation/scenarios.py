@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_jobs.orchestrator.registry import WorkflowRegistry
 from agent_jobs.simulation.choices import Choices
-from agent_jobs.simulation.oracle import Levers, PolicyOracle
+from agent_jobs.simulation.oracle import Levers, PolicyOracle, Unwrap
 from agent_jobs.simulation.systems import Applied, Ledger, SystemOfRecord
 from agent_jobs.store import TaskRow
 
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 class Scenario(Protocol):
     effect_tool: str
     policies: dict[str, PolicyOracle]
+    unwrap: dict[str, Unwrap]
 
     def install(self, world: World, registry: WorkflowRegistry) -> None: ...
 
@@ -49,6 +50,7 @@ class ExampleScenario:
 
     def __init__(self) -> None:
         self.policies: dict[str, PolicyOracle] = {"example": example_policy}
+        self.unwrap: dict[str, Unwrap] = {"example": lambda stored: stored}
         self.systems: list[SystemOfRecord] = []
 
     def install(self, world: World, registry: WorkflowRegistry) -> None:
@@ -77,4 +79,58 @@ class ExampleScenario:
             system.faults = False
 
 
-SCENARIOS = {"example": ExampleScenario}
+def order_policy(task: TaskRow, args: dict[str, Any], levers: Levers) -> str:
+    """The order agent's policy as stated: above EUR 100.00 a person approves, and under the
+    operator's autonomy cap (0: every effect) too. (Its rules deny what the orders service
+    would refuse anyway.)"""
+    from agent_jobs.simulation.agents import APPROVAL_ABOVE_MINOR  # noqa: PLC0415
+
+    amount = int(args["amount_minor"])
+    cap = levers.autonomy_minor
+    if cap is not None and (cap == 0 or amount > cap):
+        return "needs_approval"
+    return "needs_approval" if amount > APPROVAL_ABOVE_MINOR else "allow"
+
+
+class AgentScenario:
+    """The order-cancellation agent (a declared `Agent`: scripted model, Python tools)."""
+
+    effect_tool = "orders.cancel"
+
+    def __init__(self) -> None:
+        self.policies: dict[str, PolicyOracle] = {"order_cancel": order_policy}
+        # An agent records {"result": what the system answered, "found_by": call | key}.
+        self.unwrap: dict[str, Unwrap] = {"order_cancel": lambda s: (s or {}).get("result")}
+        self.systems: list[SystemOfRecord] = []
+        self.orders: Any = None
+
+    def install(self, world: World, registry: WorkflowRegistry) -> None:
+        from agent_jobs.simulation.agents import SimOrders, order_agent  # noqa: PLC0415
+        from agent_jobs.testing import ScriptedModel  # noqa: PLC0415
+        from agent_jobs.tools import HmacCredentialProvider  # noqa: PLC0415
+
+        system = SystemOfRecord("orders.cancel", world.choices, world.clock, world.calls, world)
+        self.systems.append(system)
+        self.orders = SimOrders(system)
+        agent = order_agent(self.orders)
+        model = ScriptedModel(rules=agent.scripted_model)
+        agent.use(gateway=model.gateway(), credentials=HmacCredentialProvider("sim-secret-" * 4))
+        registry.register(agent)
+
+    def new_task(self, choices: Choices, n: int) -> tuple[str, dict[str, Any]]:
+        from agent_jobs.simulation.agents import KINDS  # noqa: PLC0415
+
+        status, amount = KINDS[choices.draw(len(KINDS))]
+        order_id = f"O-{n}"
+        self.orders.add(order_id, status, amount)
+        return "order_cancel@1", {"order_id": order_id, "reason": "customer asked"}
+
+    def applied(self) -> dict[str, Applied]:
+        return {k: v for s in self.systems for k, v in s.applied.items()}
+
+    def heal(self) -> None:
+        for system in self.systems:
+            system.faults = False
+
+
+SCENARIOS: dict[str, type[Scenario]] = {"example": ExampleScenario, "agent": AgentScenario}

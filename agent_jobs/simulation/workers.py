@@ -30,6 +30,7 @@ class StepFaults:
     error: str = ""
     send: str = ""  # "", "before" or "after"
     statements: int = 0
+    injected: bool = False  # a database error was raised in this step
 
 
 @dataclass

@@ -115,7 +115,7 @@ class World(Hooks):
         self.report = Report(seed)
         self.calls: list[Call] = []
         self.scenario = scenario
-        self.oracle = Oracle(store, scenario.policies)
+        self.oracle = Oracle(store, scenario.policies, scenario.unwrap)
         self.broker = SimBroker(choices)
         self.operator = Operator(self)
         self.transactions = transactions
@@ -223,6 +223,7 @@ class World(Hooks):
             self._fault("crash_at_statement")
             raise WorkerCrashed(f"before statement {n}: {sql[:60]}")
         if f.error_at == n:
+            f.injected = True
             self._fault(f"db_{f.error}")
             raise database_error(f.error, sql)
 
@@ -372,8 +373,12 @@ class World(Hooks):
             if self.choices.chance(50):
                 self.broker.redeliver(message)  # acks_late: the message comes back
         except Exception as exc:
-            self._fault("step_raised")
             self.trace(f"  step raised {type(exc).__name__}: {str(exc)[:80]}")
+            if not faults.injected:
+                # Only a database that keeps failing may stop a step: anything else is counted
+                # as a failed attempt of the task, never lost with the message.
+                raise Violation("steps_contain_failures", f"{type(exc).__name__}: {exc}") from exc
+            self._fault("step_raised")
         finally:
             self.stack.pop()
 
@@ -382,7 +387,8 @@ class World(Hooks):
         self.workers[self.workers.index(worker)] = fresh
 
     def sweep(self, kind: str, second: str | None = None) -> None:
-        self.stack.append(Context(None, self._faults(), self.operator.levers))
+        faults = self._faults()
+        self.stack.append(Context(None, faults, self.operator.levers))
         try:
             n = self.sweepers.run(kind)
             if second is not None:
@@ -391,8 +397,11 @@ class World(Hooks):
         except WorkerCrashed:
             self.trace(f"sweep {kind}: beat died")
         except Exception as exc:
-            self._fault("sweep_raised")
             self.trace(f"sweep {kind} raised {type(exc).__name__}: {str(exc)[:80]}")
+            if not faults.injected:
+                # One row that cannot move must not stop a sweep for every other row.
+                raise Violation("sweepers_go_on", f"{kind}: {type(exc).__name__}: {exc}") from exc
+            self._fault("sweep_raised")
         finally:
             self.stack.pop()
 

@@ -1,0 +1,70 @@
+"""Schedules spread over processes: each takes chunks of seeds and runs them with its own
+database (`run.explore`); a schedule depends on its seed alone, so the split changes nothing
+but the time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+
+from agent_jobs.simulation import mutants
+from agent_jobs.simulation.run import DEFAULT_ACTIONS, Summary, explore
+
+CHUNK = 25
+
+
+def _chunk(
+    seeds: Sequence[int], scenarios: Sequence[str], actions: int, mutant: str | None, stop: bool
+) -> Summary:
+    with mutants.active(mutant):
+        return explore(seeds, scenarios=scenarios, actions=actions, stop_at_first=stop)
+
+
+def explore_parallel(
+    first_seed: int,
+    schedules: int,
+    *,
+    scenarios: Sequence[str] = ("example",),
+    actions: int = DEFAULT_ACTIONS,
+    jobs: int = 1,
+    mutant: str | None = None,
+    stop_at_first: bool = True,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> Summary:
+    """Seeds `first_seed` .. `first_seed + schedules - 1`; with `stop_at_first`, the failure
+    reported is the one of the lowest seed among those run."""
+    started = time.perf_counter()
+    seeds = list(range(first_seed, first_seed + schedules))
+    chunks = [seeds[i : i + CHUNK] for i in range(0, len(seeds), CHUNK)]
+    total = Summary()
+
+    def report() -> None:
+        total.seconds = time.perf_counter() - started
+        if progress is not None:
+            progress(total.schedules, len(total.failures), total.per_second)
+
+    if jobs == 1:
+        for chunk in chunks:
+            total.add(_chunk(chunk, scenarios, actions, mutant, stop_at_first))
+            report()
+            if total.failures and stop_at_first:
+                break
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            pending: set[Future[Summary]] = set()
+            queue = list(chunks)
+            while queue or pending:
+                while queue and len(pending) < jobs * 2 and not (total.failures and stop_at_first):
+                    pending.add(
+                        pool.submit(_chunk, queue.pop(0), scenarios, actions, mutant, stop_at_first)
+                    )
+                if not pending:
+                    break
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    total.add(future.result())
+                report()
+    total.failures.sort(key=lambda f: f.seed)
+    total.seconds = time.perf_counter() - started
+    return total
