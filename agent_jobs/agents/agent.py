@@ -271,7 +271,9 @@ class Agent:
             raise InvalidInput(f"{where}: {first['msg']}"[:300], field=f"input.{where}") from None
 
     def start(self, inp: wf.StepInput) -> dict[str, Any]:
-        return steps.initial_state(self._validated(inp.input), inp.idempotency_key)
+        state = steps.initial_state(self._validated(inp.input), inp.idempotency_key)
+        state["max_effects"] = self.max_effects  # shown with its plan of effects (console)
+        return state
 
     def quick(self, inp: wf.StepInput) -> bool:
         """Starting (validate the input) does no I/O: one compare-and-set without a lease."""

@@ -1,7 +1,9 @@
 """`/v1/console`: the read-only views the web console (`agent_jobs.console`) needs beyond the
-public API — an approval with the evidence its policy decision used, a task's timeline in the
-seed's trace shape, and the caller tenant's queue. Every change of state the console makes goes
-through the public routes (`/v1/approvals/{id}/grant`, `/deny`, ...), never through here.
+public API — an approval with the evidence its policy decision used (for a declared agent, its
+facts with their provenance and its plan of effects), a task's timeline in the seed's trace
+shape (with that evidence, for approvers), and the caller tenant's queue. Every change of state
+the console makes goes through the public routes (`/v1/approvals/{id}/grant`, `/deny`, ...),
+never through here.
 
 Scoped exactly like `/v1/tasks` and `/v1/approvals`: the tenant is the verified token's, every
 read names it, and another tenant's task is a 404 (invariant 7). Approvals need the `approver`
@@ -21,7 +23,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_jobs.api import responses as r
-from agent_jobs.api.auth import Principal
+from agent_jobs.api.auth import APPROVER, Principal
 from agent_jobs.api.deps import approver, principal, state
 from agent_jobs.api.models import ID_PATTERN, Approval, Task
 from agent_jobs.api.operator import Operator
@@ -81,10 +83,39 @@ class OrderContext(_Model):
     source: Source
 
 
+class AgentFact(_Model):
+    """One tool result a declared agent recorded: what its policy's rules and claims read."""
+
+    kind: str = Field(description="`read` or `effect`.")
+    tool: str
+    args: dict[str, str | None]
+    fields: dict[str, str | None] = Field(description="What the system answered, as text.")
+    source: Source = Field(description="Which call answered it (`read 2`, `effect 1, answered`).")
+
+
+class PlannedEffect(_Model):
+    """One effect of an agent task's plan, in order."""
+
+    tool: str
+    args: dict[str, str | None]
+    idempotency_key: str
+    status: str = Field(description="`applied`, `proposed` (pending) or `refused`.")
+    detail: str
+
+
+class AgentEvidence(_Model):
+    """A declared agent's facts and plan of effects (`console.agent_evidence`)."""
+
+    facts: list[AgentFact]
+    plan: list[PlannedEffect]
+    max_effects: int | None = None
+
+
 class Evidence(_Model):
     facts: list[Fact]
     order: OrderContext | None = None
     policy_passages: list[str]
+    agent: AgentEvidence | None = Field(None, description="For a declared agent's task.")
 
 
 class ApprovalCard(Approval):
@@ -153,6 +184,9 @@ class Timeline(_Model):
     tools: list[ToolCall]
     reply: str | None = None
     verdict: Verdict
+    evidence: Evidence | None = Field(
+        None, description="The facts and plan of effects, for a caller with the approver role."
+    )
 
 
 class DeadLetter(_Model):
@@ -268,6 +302,10 @@ def timeline(task_id: TaskId, request: Request, who: Caller) -> Timeline:
         tools=[ToolCall(**t) for t in tl.tool_calls(trace)],
         reply=str(reply) if reply is not None else None,
         verdict=_verdict(task, events),
+        # As on the approval cards: the facts behind a decision are an approver's to read.
+        evidence=Evidence.model_validate(ev.evidence(task.state))
+        if who.has_role(APPROVER)
+        else None,
     )
 
 

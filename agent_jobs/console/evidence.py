@@ -4,7 +4,8 @@ with the observation it came from, and the order's context (kept apart: policy n
 Pure functions of a task's checkpoint (`TaskRow.state`). Facts are parsed with the policy's own
 models (`policy.facts`), so a field the policy ignores is not shown as if it mattered, and a later
 read of the same payment or refund replaces the earlier one, exactly as `LedgerFacts` does. A
-workflow whose checkpoint has no tool observations simply has no evidence to show.
+workflow whose checkpoint has no tool observations simply has no evidence to show. A declared
+agent's facts and plan of effects are `agent_evidence`'s.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agent_jobs.console.agent_evidence import agent_evidence
 from agent_jobs.policy.facts import LedgerFacts
 from agent_jobs.verify.render import format_money
 
@@ -51,8 +53,14 @@ def _money(amount_minor: Any, currency: Any) -> str | None:
 
 
 def amount_of(args: Mapping[str, Any]) -> str | None:
-    """`₹2,000` for an action's `amount_minor` and `currency`; None when it names no amount."""
-    return _money(args.get("amount_minor"), args.get("currency"))
+    """`₹2,000` for an action's `amount_minor` (or, failing it, its first other `..._minor`
+    argument: an agent's `price_minor`) and `currency`; None when it names no amount."""
+    named = (
+        "amount_minor"
+        if "amount_minor" in args
+        else next((k for k in args if isinstance(k, str) and k.endswith("_minor")), "amount_minor")
+    )
+    return _money(args.get(named), args.get("currency"))
 
 
 def ledger_evidence(state: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -143,9 +151,11 @@ def policy_passages(state: Mapping[str, Any]) -> list[str]:
 
 
 def evidence(state: Mapping[str, Any]) -> dict[str, Any]:
-    """Everything the approval card shows next to the action."""
+    """Everything the approval card (and the task page) shows: the refund workflow's ledger
+    facts, order and passages; for any declared agent, its facts and plan of effects."""
     return {
         "facts": ledger_evidence(state),
         "order": order_context(state),
         "policy_passages": policy_passages(state),
+        "agent": agent_evidence(state),
     }

@@ -340,8 +340,35 @@
     ]));
   }
 
+  function pairs(fields) {
+    return Object.entries(fields || {}).filter(([, v]) => v !== null && v !== "").map(([k, v]) => k + ": " + v).join(" · ");
+  }
+
+  // A declared agent's evidence: every tool result its decisions rest on, with the call that
+  // answered it, and its plan of effects (applied, proposed now, refused). All as text nodes.
+  function agentEvidenceNode(ag) {
+    const parts = [];
+    parts.push(el("table", { class: "grid agent-facts" },
+      el("thead", {}, el("tr", {}, ["fact", "tool", "asked with", "what the system answered", "source"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, ag.facts.map((f) => el("tr", { class: "fact-" + f.kind },
+        el("td", {}, f.kind), el("td", {}, el("code", {}, f.tool)), el("td", {}, pairs(f.args)),
+        el("td", {}, pairs(f.fields)), el("td", {}, f.source.tool + " (" + f.source.observation + ")"))))));
+    if (!ag.facts.length) parts.push(el("p", { class: "muted" }, "No tool results recorded yet."));
+    const bound = ag.max_effects ? " (at most " + ag.max_effects + " in this task)" : "";
+    parts.push(el("h4", {}, "Plan of effects" + bound));
+    parts.push(ag.plan.length ? el("ol", { class: "plan" }, ag.plan.map((p) => el("li", { class: "plan-" + p.status },
+      el("span", { class: "plan-status" }, p.status), " ", el("code", {}, p.tool),
+      p.idempotency_key ? el("span", { class: "muted" }, " key " + p.idempotency_key) : null,
+      pairs(p.args) ? " — " + pairs(p.args) : "", p.detail ? " (" + p.detail + ")" : ""))) :
+      el("p", { class: "muted" }, "No effect proposed yet."));
+    return el("div", { class: "agent-evidence" }, parts);
+  }
+
   function evidenceNode(a) {
     const ev = a.evidence;
+    if (ev.agent) {
+      return el("div", { class: "evidence" }, el("h3", {}, "Evidence the policy used"), agentEvidenceNode(ev.agent));
+    }
     const parts = [];
     if (ev.facts.length) {
       parts.push(el("table", { class: "grid facts" },
@@ -583,6 +610,9 @@
       el("tbody", {}, data.tools.map((c) => el("tr", { class: c.outcome === "unknown" ? "unknown" : null },
         el("td", {}, c.tool), el("td", {}, c.outcome || ""), el("td", {}, c.error_type || ""),
         el("td", {}, c.idempotency_key || ""), el("td", {}, c.worker || ""), el("td", { class: "num" }, fmtMs(c.duration_ms)))))));
+    if (data.evidence && data.evidence.agent) {
+      parts.push(el("h3", {}, "Facts and plan of effects"), el("div", { id: "task-evidence" }, agentEvidenceNode(data.evidence.agent)));
+    }
     parts.push(el("h3", {}, "Customer reply and verdict"));
     const v = data.verdict;
     parts.push(el("p", { id: "verdict", class: v.verified ? "verified" : "unverified" },
