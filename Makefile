@@ -24,7 +24,7 @@ SERVICE_ENV := AGENT_JOBS_DATABASE_URL=$(PG_URL)/agent_jobs AGENT_JOBS_BROKER_UR
 
 .PHONY: install demo demo-example demo-agent demo-helpdesk test eval lint format bench bench-transitions bench-fairness bench-sweep bench-scale \
 	bench-cost bench-peers bench-platform bench-recovery bench-history bench-outage \
-	chaos db sim api worker beat flower token schemathesis compose-config clean help
+	chaos simulate db sim api worker beat flower token schemathesis compose-config clean help
 
 help:
 	@echo "make install   create .venv and install agent_jobs with its dev tools"
@@ -38,6 +38,7 @@ help:
 	@echo "make bench-scale   scale and fairness: 1000 tenants, a noisy neighbour, cost-weighted shares"
 	@echo "make bench-cost    step cost: bench peers (Celery chain, DBOS), platform time of a refund, recovery, 10M rows of history"
 	@echo "make chaos     hundreds of tasks, workers SIGKILLed, broker flushed: lost/duplicates"
+	@echo "make simulate  the deterministic simulator, long run (SCHEDULES=20000 SEED=<from the clock>)"
 	@echo "make bench-outage   Postgres away 10 s, Redis killed and restarted empty: how soon work moves"
 	@echo "make db        create and migrate the local database (make api does it too)"
 	@echo "make sim | api | worker | beat | flower   run the services on local Postgres and Redis"
@@ -120,6 +121,11 @@ bench-history: $(STAMP) $(TOOL_SECRET_FILE)
 
 bench-outage: $(STAMP) $(TOOL_SECRET_FILE)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench outage
+
+# The deterministic simulator (no services): SCHEDULES schedules from SEED (default: the clock's).
+SCHEDULES ?= 20000
+simulate: $(STAMP)
+	$(BIN)/agent-jobs simulate --schedules $(SCHEDULES) --jobs 2 $(if $(SEED),--seed $(SEED),)
 
 chaos: $(STAMP) $(TOOL_SECRET_FILE)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench chaos --tasks 300

@@ -199,6 +199,47 @@ def no_epoch_fence() -> Any:
     return _replaced(Store, "transition", make)
 
 
+def failed_effect_step_parks() -> Any:
+    """Defect D1, in today's terms: a step that fails in EXECUTING after its intent committed
+    parks in RETRY_WAIT to run EXECUTING again, instead of waiting in EXEC_UNKNOWN for a
+    reconcile read (there a cancel ended it with the applied effect still `intent`)."""
+    from agent_jobs.core.park import PARK_KEY, Park, ParkReason  # noqa: PLC0415
+    from agent_jobs.core.patch import Patch  # noqa: PLC0415
+    from agent_jobs.core.states import Status  # noqa: PLC0415
+    from agent_jobs.orchestrator import patches  # noqa: PLC0415
+
+    def make(original: Any) -> Any:
+        def outcome_unknown(task: Any, rt: Any, error: str, attempt: int, delay: float) -> Any:
+            rt[PARK_KEY] = Park.of(ParkReason.STEP_FAILED, error, resume=Status.EXECUTING).entry()
+            return Patch(
+                to=Status.RETRY_WAIT,
+                event="step_failed",
+                data={"error": error, "attempt": attempt},
+                state=patches.with_runtime(None, task.state, rt),
+                attempts=attempt,
+                last_error=error,
+                wake_in_s=delay,
+            )
+
+        return outcome_unknown
+
+    return _replaced(patches, "_outcome_unknown", make)
+
+
+def decision_dropped_while_leased() -> Any:
+    """Defect D5: an approval decided while a step holds the task's lease loses its wake-up
+    (the step gives the lease back and publishes nothing): the task waits for the sweeper."""
+
+    def make(original: Any) -> Any:
+        def release_step(self: Store, lease: Any) -> Any:
+            self.release(lease)
+            return None
+
+        return release_step
+
+    return _replaced(Store, "release_step", make)
+
+
 class _With:
     """A workflow with one hook replaced (the rest are the workflow's own)."""
 
@@ -222,6 +263,16 @@ MUTANTS: dict[str, Callable[[], Any]] = {
     "approval_skipped": approval_skipped,
     "terminal_keeps_lease": terminal_keeps_lease,
     "no_epoch_fence": no_epoch_fence,
+    "failed_effect_step_parks": failed_effect_step_parks,
+    "decision_dropped_while_leased": decision_dropped_while_leased,
+}
+# The defects of issue 29's review, put back (D2 and D4 are mutants above too).
+DEFECTS = {
+    "D1 blind resend": "failed_effect_step_parks",
+    "D2 a lever bypassed": "resend_unauthorised",
+    "D4 a correct effect escalated": "found_in_other_shape",
+    "D5 a slow grant": "decision_dropped_while_leased",
+    "D6 a poison row (its precondition)": "terminal_keeps_lease",
 }
 
 
