@@ -107,6 +107,11 @@ def _absorb(inp: wf.StepInput, state: dict[str, Any]) -> None:
     tool = str(named or "the effect")
     proposed = f"the proposed {named}" if named else "the proposed effect"
     _note(state, _TOLD[r.kind].format(tool=tool, proposed=proposed, reason=r.reason, code=r.code))
+    key, hashed = r.detail.get("idempotency_key"), r.detail.get("action_hash")
+    if r.kind == "effect_rejected" and isinstance(key, str) and isinstance(hashed, str):
+        # Its key now names that action in the store (a failed effect row): the same key
+        # cannot carry other arguments in this task (`_act` tells the model so).
+        state["spent_keys"] = {**(state.get("spent_keys") or {}), key: hashed}
     if r.kind == "redraft":
         state["draft"] = None
     else:
@@ -265,6 +270,13 @@ def _act(
         _note(state, f"This task has applied its {agent.max_effects} effect(s); draft the reply.")
         return wf.Observe(state, note="effects bound reached")
     action = Action(tool=d.name, tool_version=d.version, args=args, idempotency_key=key)
+    spent = (state.get("spent_keys") or {}).get(key)
+    if spent is not None and spent != action.action_hash:
+        # The store would refuse the intent (one key, one action) and the step would fail
+        # until the task is dead-lettered: the model is told instead.
+        _note(state, f"{d.name} was refused under its key with other arguments; this task "
+                     "cannot send it again with different ones. Draft the reply.")  # fmt: skip
+        return wf.Observe(state, note="effect key holds another action")
     state["proposed"] = d.name
     return wf.Act(action, state)
 

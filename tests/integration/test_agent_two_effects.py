@@ -289,3 +289,26 @@ def test_no_effect_past_max_effects_and_none_twice(store: Any) -> None:
     assert (devices.applied, shop.applied, list(devices.effects)) == (1, 1, [DISABLE])
     seen = [e.data.get("note") for e in store.events(done.id) if e.type == "observed"]
     assert "effect already applied" in seen and "tool not offered" in seen
+
+
+def test_a_second_effect_refused_is_not_proposed_again_with_other_arguments(store: Any) -> None:
+    # The system refuses the order; the model tries a lower price under the same key. The key
+    # already names the refused action: the model is told, the task does not fail.
+    def rules(request: Any) -> dict[str, Any]:
+        notes = " ".join(request.facts["notes"])
+        if "cannot send it again" in notes:
+            return plan()(request)  # drafts: "refused" is in the notes
+        if "The system refused" in notes:
+            return tool_calls("orders.create", device_id="LT-7", price_minor=800_00,
+                              currency="EUR")  # fmt: skip
+        return plan()(request)
+
+    h, devices, shop = harness(store, rules)
+    shop.fail_next("reject:out_of_stock")
+    done = h.settle(h.submit_input({}).id)
+    assert done.status is S.COMPLETED, done.outcome
+    assert (devices.applied, shop.applied) == (1, 0)
+    seen = names(store, done.id)
+    assert seen.count("intent_recorded") == 2 and "step_failed" not in seen
+    assert done.outcome is not None and done.outcome["declined"]["kind"] == "effect_rejected"
+    assert [c["type"] for c in done.outcome["claims"]] == ["disabled", "not_ordered"]
