@@ -312,3 +312,22 @@ def test_a_second_effect_refused_is_not_proposed_again_with_other_arguments(stor
     assert seen.count("intent_recorded") == 2 and "step_failed" not in seen
     assert done.outcome is not None and done.outcome["declined"]["kind"] == "effect_rejected"
     assert [c["type"] for c in done.outcome["claims"]] == ["disabled", "not_ordered"]
+
+
+def test_a_tool_lever_holds_the_second_effect_then_lets_it_go_once(store: Any) -> None:
+    h, devices, shop = harness(store, plan())
+    task = h.submit_input({})
+    until_first_applied(h, task.id)
+    at = datetime(2026, 3, 14, tzinfo=UTC)
+    hold = Switch(SwitchKey(Kind.TOOL_DISABLED, "acme", "orders.create"), True, "oncall", "INC", at)
+    previous = install(StaticSwitches(SwitchSet.of([hold])))
+    try:
+        h.run_until_idle()
+        held = store.get(task.id)
+        assert held.status is S.RETRY_WAIT and (devices.applied, shop.applied) == (1, 0)
+        assert held.state["runtime"]["park"]["reason"] == "held_by_operator"
+    finally:
+        install(previous)
+    done = h.settle(task.id)
+    assert done.status is S.COMPLETED, done.outcome
+    assert (devices.applied, shop.applied) == (1, 1)
