@@ -134,3 +134,12 @@ class AgentScenario:
 
 
 SCENARIOS: dict[str, type[Scenario]] = {"example": ExampleScenario, "agent": AgentScenario}
+
+
+def _two_effects() -> type[Scenario]:
+    from agent_jobs.simulation.two_effects import TwoEffectsScenario  # noqa: PLC0415
+
+    return TwoEffectsScenario
+
+
+SCENARIOS["two_effects"] = _two_effects()
