@@ -55,7 +55,10 @@ def deliver(self: Any, delivery_id: int) -> None:
 def _sweep(kind: str) -> int:
     count = get_runtime().sweepers.run(kind)
     if count:
-        what = "rejected submission(s) pruned" if kind == "retention" else "task(s) moved"
+        what = {
+            "retention": "rejected submission(s) pruned",
+            "webhooks": "webhook delivery(ies) published",
+        }.get(kind, "task(s) moved")
         log.info("sweep %s: %d %s", kind, count, what)
     return count
 

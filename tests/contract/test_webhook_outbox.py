@@ -171,3 +171,25 @@ def test_on_the_steps_own_connection_the_event_is_atomic_too(store: Store, tenan
     with store.step_conn() as conn:
         store.transition(Guard.lease(lease), to(S.COMPLETED, "verified"), conn=conn)
     assert [t for _, t, _ in _bodies(store, lease.task_id)] == ["task.completed"]
+
+
+def test_a_levers_park_is_announced_once_not_at_every_poll(store: Store, tenant: str) -> None:
+    """A lever (stop-effects, read-only, a disabled tool) parks the effect and re-parks it at
+    every poll while it holds: only the first park is an event."""
+    _endpoint(store, tenant, "task.parked_by_operator")
+    lease = running(store, tenant)
+    parked = {"reason": "effects stopped by an operator", "by_operator": True}
+    result = store.transition(
+        Guard.lease(lease),
+        to(S.RETRY_WAIT, "effect_throttled", data={**parked, "count": 1}, wake_in_s=0.0),
+    )
+    assert [t for _, t, _ in _bodies(store, lease.task_id)] == ["task.parked_by_operator"]
+    assert _bodies(store, lease.task_id)[0][2]["data"]["reason"] == parked["reason"]
+    assert result.task is not None
+    again = store.claim(lease.task_id, "worker-a:1", 30.0)
+    assert again is not None
+    store.transition(
+        Guard.lease(again),
+        to(S.RETRY_WAIT, "effect_throttled", data={**parked, "count": 2}, wake_in_s=1.0),
+    )
+    assert len(_bodies(store, lease.task_id)) == 1
