@@ -2,8 +2,10 @@
 
 `decide` (RUNNING): one bounded model call offering the step's own tools. Reads it proposes run
 through the tool executor at once (their results become facts and `tool` messages); an effect,
-proposed alone, becomes the orchestrator's `Act` (policy, approval, intent, execute); a final
-draft goes to the verifier. After an effect the task is back in RUNNING and decides again from
+proposed alone, becomes the orchestrator's `Act` (policy, approval, intent, execute); several
+effects proposed together are a plan: the first is acted on, each next one once the one before
+is applied (each its own `Act`, no model call between them), the rest dropped at a refusal; a
+final draft goes to the verifier. After an effect the task is back in RUNNING and decides again from
 its facts: while fewer than the agent's `max_effects` are applied, `work` offers effects again
 (the next one is an `Act` like the first, with its own key, decision and approval), then `reply`
 offers reads only. `max_model_calls` bounds the model calls between two effects. What the
@@ -115,6 +117,11 @@ def _absorb(inp: wf.StepInput, state: dict[str, Any]) -> None:
     if r.kind == "redraft":
         state["draft"] = None
     else:
+        rest = [str(c.get("tool")) for c in state.get("planned") or []]
+        if rest:
+            # A refusal ends the plan: the model decides what now, from the facts of now.
+            state["planned"] = []
+            _note(state, f"The rest of the plan was not sent: {', '.join(rest)[:300]}.")
         # Kept for the outcome: why an effect it proposed was not applied.
         refusal = {"kind": r.kind, "tool": named, "reason": cut(r.reason, NOTE_CHARS),
                    "code": r.code or None}  # fmt: skip
@@ -162,6 +169,9 @@ def decide(agent: Agent, inp: wf.StepInput) -> wf.StepDecision:
     if inp.pinned.get("prompt") != agent.prompt_version:
         return wf.Fail(f"task pinned to prompt {inp.pinned.get('prompt')!r}; this worker "
                        f"ships {agent.prompt_version}", state)  # fmt: skip
+    planned = list(state.get("planned") or [])
+    if planned:
+        return _next_planned(agent, inp, state, planned)
     step = str(state.get("step") or WORK)
     calls = dict(state.get("model_calls") or {})
     phase = _phase(state, step)
@@ -193,6 +203,19 @@ def decide(agent: Agent, inp: wf.StepInput) -> wf.StepDecision:
     )
 
 
+def _next_planned(
+    agent: Agent, inp: wf.StepInput, state: dict[str, Any], planned: list[dict[str, Any]]
+) -> wf.StepDecision:
+    """The next effect of the plan the model proposed, now that the one before it is applied:
+    an `Act` like any other (its own key, policy decision over the facts of now, approval), with
+    no model call. Refused before it is sent, the rest of the plan is dropped."""
+    state["planned"] = planned[1:]
+    decision = _act(agent, inp, state, planned[0])
+    if not isinstance(decision, wf.Act):
+        state["planned"] = []
+    return decision
+
+
 def _phase(state: dict[str, Any], step: str) -> str:
     """What the model-call bound counts in: `work` until the first effect, `work.2` after it
     (the calls toward a second effect are a budget of their own), ...; `reply` once."""
@@ -210,10 +233,22 @@ def _tool_calls(
         return wf.Observe(state, note="tool not offered")
     effects = [c for c in calls if c["tool"] in agent.effects]
     if effects:
-        if len(calls) > 1:
-            _note(state, "Propose an effect alone, in a call of its own, after its reads.")
+        if len(effects) != len(calls):
+            _note(state, "Propose effects in a call of their own, after their reads: one "
+                         "effect, or a plan of effects in the order they are to run.")  # fmt: skip
             return wf.Observe(state, note="effect not alone")
-        return _act(agent, inp, state, effects[0])
+        room = agent.max_effects - len(Facts.of(state).effects)
+        if len(effects) > max(room, 1):
+            _note(state, f"A plan of {len(effects)} effects is more than this task may still "
+                         f"apply ({room}); propose fewer.")  # fmt: skip
+            return wf.Observe(state, note="plan too long")
+        # A plan: the first now, each next once the one before is applied (`_next_planned`).
+        state["planned"] = [{"tool": c["tool"], "args": dict(c.get("args") or {})}
+                            for c in effects[1:]]  # fmt: skip
+        decision = _act(agent, inp, state, effects[0])
+        if not isinstance(decision, wf.Act):
+            state["planned"] = []  # the model plans again, told why
+        return decision
     step = str(state.get("step") or WORK)
     for c in calls:
         args = dict(c.get("args") or {})

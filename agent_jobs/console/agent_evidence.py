@@ -73,8 +73,9 @@ def agent_facts(state: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def effect_plan(state: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The task's effects in order: `{tool, args, idempotency_key, status, detail}` with status
-    `applied`, then `proposed` (the pending action: waiting for a person, or being sent) or
-    `refused` (the last refusal since the last applied effect)."""
+    `applied`, then `proposed` (the pending action: waiting for a person, or being sent) and
+    `planned` (proposed with it, still to come), or `refused` (the last refusal since the last
+    applied effect)."""
     facts = _map(state.get("facts"))
     plan = [
         {"tool": _text(e.get("tool") or "?"), "args": _fields(e.get("args")),
@@ -89,7 +90,9 @@ def effect_plan(state: Mapping[str, Any]) -> list[dict[str, Any]]:
         key, tool = _text(pending.get("idempotency_key") or ""), _text(pending.get("tool") or "?")
         plan.append({"tool": tool, "args": _fields(pending.get("args")), "idempotency_key": key,
                      "status": "proposed", "detail": waiting})  # fmt: skip
-        return plan
+        return plan + _planned(state)
+    if state.get("planned"):
+        return plan + _planned(state)
     refusals = _list(state.get("refusals"))
     if refusals:
         last = refusals[-1]
@@ -99,6 +102,14 @@ def effect_plan(state: Mapping[str, Any]) -> list[dict[str, Any]]:
         plan.append({"tool": _text(last.get("tool") or "?"), "args": {}, "idempotency_key": "",
                      "status": "refused", "detail": why})  # fmt: skip
     return plan
+
+
+def _planned(state: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The effects the model proposed together with the current one, still to come."""
+    return [{"tool": _text(c.get("tool") or "?"), "args": _fields(c.get("args")),
+             "idempotency_key": "", "status": "planned",
+             "detail": "proposed with the plan; asked of the policy when its turn comes"}
+            for c in _list(state.get("planned"))]  # fmt: skip
 
 
 def agent_evidence(state: Mapping[str, Any]) -> dict[str, Any] | None:
