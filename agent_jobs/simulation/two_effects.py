@@ -3,7 +3,8 @@ helpdesk agent disables a lost laptop in device management, then orders its repl
 procurement (above EUR 1,000 a person approves). Two systems of record, each faulty as the
 schedule draws, so the second effect meets every fault the first does: throttles, refusals,
 timeouts before and after applying, lag, a worker dying mid-call, a lever, a cancel or a
-person's denial between the two.
+person's denial between the two. Half the tasks have the model propose both effects in one
+answer (a plan: the second sent once the first is applied, without a model call).
 
 Its policy is stated twice, as for every scenario: in the agent's own rules and thresholds,
 and apart from them in `laptop_policy`, which the oracle holds every send to (it reads the
@@ -105,6 +106,8 @@ def _sent(system: SystemOfRecord, key: str, args: dict[str, Any], apply: Any) ->
 
 class LostLaptop(BaseModel):
     device_id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    # The model proposes both effects in one answer (a plan) instead of one after the other.
+    plan: bool = False
 
 
 def _calls(tool: str, **args: Any) -> dict[str, Any]:
@@ -126,6 +129,11 @@ def scripted_model(request: ModelRequest) -> dict[str, Any]:
             {"type": "ordered" if ORDER in done else "not_ordered", "device_id": device_id},
         ]
         return {"kind": "final_draft", "draft": {"text": "Done what could be.", "claims": claims}}
+    order = {"tool": ORDER, "args": {"device_id": device_id, "currency": "EUR",
+                                      "price_minor": reads[-1]["replacement_minor"]}}  # fmt: skip
+    if DISABLE not in done and facts["input"].get("plan"):
+        calls = [{"tool": DISABLE, "args": {"device_id": device_id}}, order]
+        return {"kind": "tool_calls", "calls": calls, "rationale": ""}
     if DISABLE not in done:
         return _calls(DISABLE, device_id=device_id)
     return _calls(ORDER, device_id=device_id, price_minor=reads[-1]["replacement_minor"],
@@ -223,7 +231,7 @@ class TwoEffectsScenario:
         assert self.fleet is not None
         device_id = f"LT-{n}"
         self.fleet.known[device_id] = KINDS[choices.draw(len(KINDS))]
-        return "lost_laptop@1", {"device_id": device_id}
+        return "lost_laptop@1", {"device_id": device_id, "plan": choices.chance(50)}
 
     def applied(self) -> dict[str, Applied]:
         return {k: v for s in self.systems for k, v in s.applied.items()}
