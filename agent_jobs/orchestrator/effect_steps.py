@@ -136,6 +136,12 @@ class EffectSteps(StepBase):
         rt.pop(THROTTLES_KEY, None)
         if isinstance(outcome, wf.EffectApplied):
             return self.committed(s, action, outcome.result, rt, event="effect_committed")
+        if isinstance(outcome, wf.EffectRejected) and rt.get(UNCONFIRMED_KEY):
+            # A refusal says this request applied nothing, not that an earlier, unanswered send
+            # under the same key did not (its lookup may have lagged): still unknown.
+            outcome = wf.EffectUnknown(
+                f"refused ({outcome.code}) after an unanswered send under the same key"
+            )
         if isinstance(outcome, wf.EffectRejected):
             rt["pending_action"] = None
             rt["effect_attempts"] = 0

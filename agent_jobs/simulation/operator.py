@@ -51,9 +51,16 @@ class Operator:
             self.world.trace(f"  decision refused: {type(exc).__name__}: {str(exc)[:80]}")
 
     def cancel(self) -> None:
-        if not self.world.oracle.tasks:
+        tasks = self.world.oracle.tasks
+        if not tasks:
             return
-        task_id = self.world.oracle.tasks[self.choices.draw(len(self.world.oracle.tasks))]
+        with self.world.reading():
+            rows = self.world.oracle.rows()
+        # Half the time a task whose effect is in flight: the cancels that matter most.
+        in_flight = [t for t in tasks if rows[t].status.value in ("EXECUTING", "EXEC_UNKNOWN")]
+        if in_flight and self.choices.chance(50):
+            tasks = in_flight
+        task_id = tasks[self.choices.draw(len(tasks))]
         self.world.trace(f"cancel {task_id[-6:]}")
         result = self.world.workers[0].orchestrator.cancel(task_id)
         if not result.accepted:

@@ -134,6 +134,8 @@ class SystemOfRecord:
         if fault == "throttled":
             call.answer = "throttled"
             raise SystemRefused("throttled", retry_after_s=float(1 + self.choices.draw(30)))
+        if fault == "rejected" and key in self.applied:
+            fault = "ok"  # an idempotent system answers a key it applied with its result
         if fault in ("rejected", "unavailable"):
             call.answer = fault
             raise SystemRefused(fault)

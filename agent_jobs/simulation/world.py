@@ -74,7 +74,7 @@ ACTIONS = {
     "decide": 9,
     "broker": 4,
     "lever": 4,
-    "cancel": 3,
+    "cancel": 4,
     "submit": 3,
     "two_sweepers": 2,
 }
@@ -84,7 +84,7 @@ NESTED = {
     "sweep": 6,
     "deliver": 6,
     "advance": 5,
-    "cancel": 2,
+    "cancel": 4,
     "lever": 3,
 }
 

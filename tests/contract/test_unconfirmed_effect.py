@@ -100,3 +100,55 @@ def test_a_cancel_while_a_lever_holds_the_resend_escalates_naming_the_key(
     (effect,) = store.effects(task.id)
     assert effect.status == "unknown", "the ledger applied it: it must not read 'failed'"
     assert ledger.sends == ["pay:unconfirmed"], "not sent again after the cancel"
+
+
+class LagThenRefuse:
+    """Applies the first send and times out; the next lookup does not see it yet; the resend is
+    refused before anything is done (503); lookups after that see the effect."""
+
+    def __init__(self) -> None:
+        self.sends: list[str] = []
+        self.applied: list[str] = []
+        self.lookups = 0
+
+    def execute(self, flow: Scripted, inp: wf.StepInput, act: Action) -> wf.EffectOutcome:
+        self.sends.append(act.idempotency_key)
+        if len(self.sends) == 1:
+            self.applied.append(act.idempotency_key)
+            return wf.EffectUnknown("timeout")
+        return wf.EffectRejected("unavailable", "503 before anything was done")
+
+    def reconcile(self, flow: Scripted, inp: wf.StepInput, act: Action) -> wf.ReconcileResult:
+        self.lookups += 1
+        if self.lookups == 1 or act.idempotency_key not in self.applied:
+            return wf.NoEffect()  # the first lookup lags
+        return wf.Found({"ref": act.idempotency_key})
+
+
+def test_a_refused_resend_does_not_make_an_unanswered_send_not_applied(
+    store: Any, tenant: str
+) -> None:
+    """Seed 294 again, on the code of the first fix: the resend after a lagging lookup was
+    answered 503, read as "not applied", and the task FAILED with the effect `failed` though the
+    first send had applied it. A refusal speaks for its own request only: the outcome stays
+    unknown, is reconciled again, and is found."""
+    ledger = LagThenRefuse()
+    action = Action(tool="ledger.pay", tool_version="1", args={"amount_minor": 4900},
+                    idempotency_key="pay:refused-resend")  # fmt: skip
+    flow = Scripted(
+        decide=lambda self, i: (
+            wf.Act(action, {**i.state, "phase": "done"})
+            if i.state.get("phase") != "done"
+            else wf.ToVerify(i.state)
+        ),
+        authorize=lambda self, i, a: wf.Authorization("allow", "P@1"),
+        execute=ledger.execute,
+        reconcile=ledger.reconcile,
+    )
+    h, task = run(store, tenant, flow)
+    final = h.settle(task.id)
+    assert final.status is S.COMPLETED, events(store, task.id)
+    (effect,) = store.effects(task.id)
+    assert effect.status == "committed"
+    assert ledger.applied == ["pay:refused-resend"]
+    assert ledger.sends == ["pay:refused-resend", "pay:refused-resend"]
