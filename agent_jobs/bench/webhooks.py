@@ -7,8 +7,9 @@
   `task.completed` to the receiver's answer, both as the delivery row records them).
 - `hot-path`: the `bench peers` workload (no-op tasks through the whole runtime) in alternating
   rounds on tenants without an endpoint and tenants with one each: steps/s and CPU per step,
-  medians and their ratio. Beside the code before webhooks: `bench peers --baseline DIR`
-  on a database of its own (README, Webhooks).
+  medians and their ratio. With `--baseline DIR --baseline-database URL`, instead: `bench
+  peers` with no webhook on the code before webhooks beside this checkout
+  (`cli/bench_webhooks.py`).
 """
 
 from __future__ import annotations
