@@ -77,15 +77,16 @@ def _beside_before(args: argparse.Namespace) -> int:
     def run(code: Path, child_argv: Any) -> dict[str, Any]:
         if code != root:
             return baseline.run_child(code, child_argv)
-        saved = os.environ.get("AGENT_JOBS_DATABASE_URL")
+        # The child inherits this process's environment: the baseline's database in it for
+        # the child's run, then the environment as it was (copied whole, not read by name:
+        # settings are read in config.py only).
+        saved = os.environ.copy()
         os.environ["AGENT_JOBS_DATABASE_URL"] = args.baseline_database
         try:
             return baseline.run_child(code, [*child_argv, "--wipe", own_db])
         finally:
-            if saved is None:
-                os.environ.pop("AGENT_JOBS_DATABASE_URL", None)
-            else:
-                os.environ["AGENT_JOBS_DATABASE_URL"] = saved
+            os.environ.clear()
+            os.environ.update(saved)
 
     result = baseline.run_pairs(
         argv,

@@ -6,7 +6,10 @@ when the endpoint was registered), answers 2xx only once the message is handled,
 `approval.requested` into a chat line an approver can act on. The chat post is a function
 you replace (`post_to_chat`); here it prints.
 
-    WEBHOOK_SECRET=whsec_... python -m examples.webhook_receiver --port 8088
+    WEBHOOK_SECRET=whsec_... CONSOLE_BASE_URL=https://jobs.example.com \
+        python -m examples.webhook_receiver --port 8088
+
+(`CONSOLE_BASE_URL`: your API's address, put before the console links, which are paths.)
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ class Receiver:
         msg_id = {k.lower(): v for k, v in headers.items()}["webhook-id"]
         if msg_id in self.seen:
             return 204  # a retry or a replay of what we handled: the same id
-        line = chat_line(event, os.environ.get("AGENT_JOBS_CONSOLE_BASE", ""))
+        line = chat_line(event, os.environ.get("CONSOLE_BASE_URL", ""))
         if line is not None:
             self.post_to_chat(line)
         self.seen.add(msg_id)
