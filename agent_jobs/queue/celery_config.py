@@ -111,7 +111,11 @@ def override_settings(module: str | None) -> dict[str, Any]:
     if not module:
         return {}
     found = vars(importlib.import_module(module))
-    return {k: v for k, v in found.items() if k.islower() and not k.startswith("_")}
+    # Settings are the module's public names: not its private ones, nor what an import hook
+    # adds (pytest's assertion rewriting leaves `@py_builtins` in a module it rewrote).
+    return {
+        k: v for k, v in found.items() if k.isidentifier() and k.islower() and not k.startswith("_")
+    }
 
 
 def app_settings(cfg: Settings) -> dict[str, Any]:
