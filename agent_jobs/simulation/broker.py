@@ -38,11 +38,15 @@ class SimBroker:
         del self.queue[at]
         return message
 
+    def take_latest(self) -> Dispatch | None:
+        """The message published last (a worker that was idle takes it at once)."""
+        return self.queue.pop() if self.queue else None
+
     def redeliver(self, dispatch: Dispatch) -> None:
         self.queue.append(dispatch)
 
     def fault(self, kind: str) -> None:
-        if not self.queue and kind != "empty":
+        if (not self.queue and kind != "empty") or kind == "stray":
             return
         if kind == "drop":
             self.queue.popleft()

@@ -137,13 +137,21 @@ def new_key_on_retry() -> Any:
     return _replaced(EffectSteps, "not_found", make)
 
 
-def cancel_in_flight() -> Any:
-    """A cancel is honoured while the effect's outcome is unknown."""
+def failed_lookup_as_not_found() -> Any:
+    """A lookup that failed (the system did not answer) is read as "nothing under the key"."""
 
     def make(original: Any) -> Any:
         def exec_unknown(self: EffectSteps, s: Any) -> Any:
-            if s.task.cancel_requested:
-                return self.cancelled(s)
+            real = s.workflow.reconcile
+
+            def reconcile(inp: Any, action: Action) -> Any:
+                try:
+                    found = real(inp, action)
+                except Exception:
+                    return wf.NoEffect()
+                return wf.NoEffect() if isinstance(found, wf.LookupFailed) else found
+
+            s.workflow = _With(s.workflow, reconcile=reconcile)
             return original(self, s)
 
         return exec_unknown
@@ -259,7 +267,7 @@ MUTANTS: dict[str, Callable[[], Any]] = {
     "send_before_intent": send_before_intent,
     "unknown_as_rejected": unknown_as_rejected,
     "new_key_on_retry": new_key_on_retry,
-    "cancel_in_flight": cancel_in_flight,
+    "failed_lookup_as_not_found": failed_lookup_as_not_found,
     "approval_skipped": approval_skipped,
     "terminal_keeps_lease": terminal_keeps_lease,
     "no_epoch_fence": no_epoch_fence,

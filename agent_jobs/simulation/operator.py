@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 APPROVER = "approver-1"
 LEVERS = ("effects_stopped", "tool_disabled", "autonomy_threshold")
+# Where a task may have an effect sent or about to be resent: the cancels that matter most.
+IN_FLIGHT = ("EXECUTING", "EXEC_UNKNOWN", "RETRY_WAIT")
 
 
 class Operator:
@@ -47,6 +49,9 @@ class Operator:
             self.world.workers[0].orchestrator.decide_approval(
                 approval.approval_id, approver, grant=grant
             )
+            if self.world.stack and self.choices.chance(50):
+                # A fast worker takes the decision's message while this step still runs.
+                self.world.deliver(latest=True)
         except ApprovalError as exc:
             self.world.trace(f"  decision refused: {type(exc).__name__}: {str(exc)[:80]}")
 
@@ -57,7 +62,7 @@ class Operator:
         with self.world.reading():
             rows = self.world.oracle.rows()
         # Half the time a task whose effect is in flight: the cancels that matter most.
-        in_flight = [t for t in tasks if rows[t].status.value in ("EXECUTING", "EXEC_UNKNOWN")]
+        in_flight = [t for t in tasks if rows[t].status.value in IN_FLIGHT]
         if in_flight and self.choices.chance(50):
             tasks = in_flight
         task_id = tasks[self.choices.draw(len(tasks))]

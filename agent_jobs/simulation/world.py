@@ -44,7 +44,7 @@ from agent_jobs.simulation.workers import (
     Worker,
     WorkerCrashed,
 )
-from agent_jobs.store import Store
+from agent_jobs.store import Dispatch, Store
 from agent_jobs.store import ids as id_source
 from agent_jobs.store.seams import (
     DATABASE_ERRORS,
@@ -68,11 +68,11 @@ SETTINGS = Settings(
 )
 SWEEPS = ("lease", "dispatch", "retry", "unknown", "approvals", "held")
 ACTIONS = {
-    "deliver": 44,
+    "deliver": 64,
     "sweep": 12,
     "advance": 12,
     "decide": 9,
-    "broker": 4,
+    "broker": 8,
     "lever": 4,
     "cancel": 4,
     "submit": 3,
@@ -87,6 +87,7 @@ NESTED = {
     "cancel": 4,
     "lever": 3,
 }
+AT_SEND = {**NESTED, "nothing": 55, "cancel": 15}
 
 
 @dataclass
@@ -307,7 +308,9 @@ class World(Hooks):
     def interleave(self, where: str) -> None:
         if self.quiet or self.healing or len(self.stack) > 1 or not self.stack:
             return
-        action = self.choices.weighted(NESTED)
+        # Right after a system applied a request (its answer not yet back) is where a cancel
+        # or an approval matters most: likelier there.
+        action = self.choices.weighted(AT_SEND if where == "send applied" else NESTED)
         if action == "nothing":
             return
         self.trace(f"  meanwhile ({where}): {action}")
@@ -348,8 +351,8 @@ class World(Hooks):
             return StepFaults(error_at=at, error=self.choices.pick(DATABASE_ERRORS))
         return StepFaults(send=kind.partition("_")[2])
 
-    def deliver(self) -> None:
-        message = self.broker.take()
+    def deliver(self, *, latest: bool = False) -> None:
+        message = self.broker.take_latest() if latest else self.broker.take()
         if message is None:
             if not self.stack and not self.excuse_pending:
                 self.check_stranded()
@@ -430,9 +433,15 @@ class World(Hooks):
                         worker.keeper.drop(lease)
 
     def broker_fault(self) -> None:
-        kind = self.choices.pick(("drop", "duplicate", "delay", "empty"))
+        kind = self.choices.pick(("drop", "duplicate", "delay", "empty", "stray", "stray"))
         self.trace(f"broker: {kind}")
-        if kind != "duplicate":
+        if kind == "stray" and self.oracle.tasks:
+            # An old message delivered again (at least once): a step for any task, whatever
+            # its status, parked or not; the claim decides whether there is anything to do.
+            task_id = self.oracle.tasks[self.choices.draw(len(self.oracle.tasks))]
+            self.broker.publish(Dispatch(task_id, "acme"))
+            return
+        if kind not in ("duplicate", "stray"):
             self._fault(f"broker_{kind}")
         self.broker.fault(kind)
 
