@@ -181,8 +181,17 @@ def _due_rows(kind: str, tenant: str, now: datetime, n: int) -> list[dict[str, A
     if kind == "approvals":
         return [_row(tenant, now, S.APPROVAL_WAIT, next_attempt_at=past) for _ in range(n)]
     assert kind == "held"
+    # Deferred right at its last transition and held 30 s since: due under the deferred
+    # backoff (it waits as long as it has been deferring, at least 2 s).
     return [
-        _row(tenant, now, S.RUNNING, held_since=past, held_for=HoldReason.DEFERRED.value)
+        _row(
+            tenant,
+            now,
+            S.RUNNING,
+            held_since=past,
+            updated_at=past,
+            held_for=HoldReason.DEFERRED.value,
+        )
         for _ in range(n)
     ]
 
