@@ -112,6 +112,8 @@ def test_the_readmes_starting_manifest_is_accepted_by_this_deployment() -> None:
     """README's Evaluate and release shows a manifest to start from: it must pass both checks
     `release create` makes (its shape, and every version it names shipped here)."""
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    [block] = re.findall(r"^```json\n(.*?)^```", text, re.S | re.M)
+    # The section's own block (other sections show JSON too: webhook payloads).
+    section = text.split("### Evaluate and release", 1)[1].split("\n## ", 1)[0].split("\n### ")[0]
+    [block] = re.findall(r"^```json\n(.*?)^```", section, re.S | re.M)
     manifest = Manifest.parse(json.loads(block))
     assert Catalog.current({}).check(manifest) == manifest
