@@ -46,6 +46,7 @@ def test_every_mutant_is_either_held_to_a_budget_or_listed_as_not_caught() -> No
     assert len(BUDGET) >= 10
 
 
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("mutant", sorted(BUDGET))
 def test_the_simulator_catches_the_mutant(mutant: str) -> None:
     first, schedules = BUDGET[mutant]
