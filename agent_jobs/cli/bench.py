@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Any
 
-from agent_jobs.cli import bench_failover, bench_webhooks
+from agent_jobs.cli import bench_failover, bench_pgbouncer, bench_webhooks
 
 
 def _print(result: dict[str, Any], as_json: bool, render: Any) -> int:
@@ -491,3 +491,4 @@ def _register_outage(bsub: Any) -> None:
     o.add_argument("--json", action="store_true")
     o.set_defaults(func=_guarded(cmd_outage))
     bench_failover.register(bsub, _guarded)
+    bench_pgbouncer.register(bsub, _guarded)
