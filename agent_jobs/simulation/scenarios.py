@@ -136,10 +136,11 @@ class AgentScenario:
 SCENARIOS: dict[str, type[Scenario]] = {"example": ExampleScenario, "agent": AgentScenario}
 
 
-def _two_effects() -> type[Scenario]:
+def _more() -> dict[str, type[Scenario]]:
+    from agent_jobs.simulation.refund import RefundScenario  # noqa: PLC0415
     from agent_jobs.simulation.two_effects import TwoEffectsScenario  # noqa: PLC0415
 
-    return TwoEffectsScenario
+    return {"two_effects": TwoEffectsScenario, "refund": RefundScenario}
 
 
-SCENARIOS["two_effects"] = _two_effects()
+SCENARIOS.update(_more())

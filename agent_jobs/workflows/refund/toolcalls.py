@@ -85,7 +85,9 @@ def run_reads(
 ) -> list[ReadResult]:
     """Run `calls` ({tool, args}) in parallel under `scope`; results in the calls' order."""
     audit = BufferedAudit()
-    executor = ToolExecutor(services.tools, services.credentials, _counted(services, audit))
+    executor = ToolExecutor(
+        services.tools, services.credentials, _counted(services, audit), sleep=services.sleep
+    )
     ctx = context(inp, scope, request_id)
 
     def one(call: dict[str, Any]) -> ReadResult:
@@ -94,7 +96,10 @@ def run_reads(
         return ReadResult(str(call["tool"]), args, outcome)
 
     # One call runs on the step's own thread; several on the process's read threads.
-    results = [one(calls[0])] if len(calls) == 1 else list(_read_pool().map(one, calls))
+    if len(calls) == 1 or not services.parallel_reads:
+        results = [one(call) for call in calls]
+    else:
+        results = list(_read_pool().map(one, calls))
     audit.flush(inp, scope)
     return results
 
@@ -113,7 +118,9 @@ def run_one(
     maps it to the orchestrator's `Throttled`, for a reconcile read to `LookupFailed`, and a
     read is retried after the delay, never failed for it."""
     audit = BufferedAudit()
-    executor = ToolExecutor(services.tools, services.credentials, _counted(services, audit))
+    executor = ToolExecutor(
+        services.tools, services.credentials, _counted(services, audit), sleep=services.sleep
+    )
     outcome = executor.execute(call, context(inp, scope, request_id))
     audit.flush(inp, scope)
     return outcome

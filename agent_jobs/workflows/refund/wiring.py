@@ -67,6 +67,11 @@ class RefundServices:
     confirm_lag_s: float = DEFAULT_CONFIRM_LAG_S
     # Wall-clock seconds, to measure that window across steps and workers (tests inject one).
     clock: Callable[[], float] = field(default=time.time)
+    # How the executor waits between attempts of a read (a simulator moves its virtual clock).
+    sleep: Callable[[float], None] = field(default=time.sleep)
+    # Reads proposed together run on threads; False runs them one after the other on the
+    # step's thread, in order (a deterministic simulator: one thread, one seed).
+    parallel_reads: bool = True
 
 
 def confirm_lag_s(environ: Mapping[str, str]) -> float:
