@@ -43,6 +43,10 @@ class WebhookEndpoint(_Model):
     event_types: list[str]
     description: str
     enabled: bool
+    disabled_at: datetime | None = Field(
+        description="When it was disabled (null while enabled). A disable after a day of "
+        "failures is also sent as `endpoint.disabled` to the tenant's other endpoints."
+    )
     disabled_reason: str | None = Field(
         description="Why it is disabled: by its owner, or failing for a day (then its pending "
         "deliveries were dead-lettered; enable it, then replay them)."
@@ -58,6 +62,7 @@ class WebhookEndpoint(_Model):
             event_types=e.event_types,
             description=e.description,
             enabled=e.disabled_at is None,
+            disabled_at=e.disabled_at,
             disabled_reason=e.disabled_reason,
             failing_since=e.failing_since,
             created_at=e.created_at,

@@ -28,7 +28,11 @@ def _service() -> Any:
 
 
 def _endpoint_line(e: Any) -> str:
-    state = "enabled" if e.disabled_at is None else f"DISABLED ({e.disabled_reason})"
+    state = (
+        "enabled"
+        if e.disabled_at is None
+        else f"DISABLED ({e.disabled_reason}) since {e.disabled_at:%Y-%m-%d %H:%M:%S}"
+    )
     failing = f"  failing since {e.failing_since:%Y-%m-%d %H:%M:%S}" if e.failing_since else ""
     return f"{e.id}  {state}  {','.join(e.event_types)}  {e.url}{failing}"
 

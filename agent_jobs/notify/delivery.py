@@ -1,5 +1,8 @@
 """One delivery attempt: claim the row, sign, send, settle (delivered, retry later, or dead).
 
+An endpoint failing past `webhook_disable_after_s` is disabled by the failure that finds it so;
+its owner is told by an `endpoint.disabled` event on its other endpoints, published here.
+
 At least once and in order per task: the claim takes a row only when no earlier delivery of its
 task to its endpoint is pending, and a success makes the next one due at once. The body is the
 stored one, byte for byte; `webhook-id` is the row's, the same on every attempt and replay;
@@ -19,6 +22,7 @@ from agent_jobs.config import Settings
 from agent_jobs.notify import metrics, sender, signing
 from agent_jobs.notify.retry import retry_in_s
 from agent_jobs.notify.urls import UrlPolicy
+from agent_jobs.store.webhook_outbox import publish
 from agent_jobs.store.webhooks import WebhookStore
 
 log = logging.getLogger(__name__)
@@ -78,22 +82,26 @@ def deliver(
         return Attempt("delivered", nxt, tenant_id=d.tenant_id)
     retry = retry_in_s(d.attempts, rand())
     error = answer.error or "failed"
-    disabled = ws.failed(
+    failure = ws.failed(
         d,
         status_code=answer.status,
         error=error,
         retry_in_s=retry,
         disable_after_s=cfg.webhook_disable_after_s,
     )
-    if disabled:
-        metrics.DISABLED.inc()
+    if failure.disabled:
+        metrics.DISABLED.labels(d.tenant_id).inc()
         log.warning(
-            "webhook endpoint %s of tenant %s disabled: failing for %.0f s (%s)",
+            "webhook endpoint %s of tenant %s disabled: failing for %.0f s (%s); "
+            "endpoint.disabled sent to %d other endpoint(s)",
             d.endpoint_id,
             d.tenant_id,
             cfg.webhook_disable_after_s,
             error,
+            len(failure.announced),
         )
-    outcome = "retry" if retry is not None and not disabled else "dead"
+        # Committed with the disable: its owner hears of it on the endpoints it still has.
+        publish(failure.tenant_id, failure.announced)
+    outcome = "retry" if retry is not None and not failure.disabled else "dead"
     metrics.ATTEMPTS.labels(outcome).inc()
     return Attempt(outcome, retry_in_s=retry)

@@ -29,6 +29,11 @@ DELIVERY_SECONDS = Histogram(
     namespace=NS,
     buckets=BUCKETS,
 )
+# By tenant: a disable is rare (an endpoint failing for a day), so the label costs a series only
+# for a tenant that had one, and the alert (deploy/prometheus/alerts.yml) names whose it was.
 DISABLED = Counter(
-    "webhook_endpoints_disabled", "Endpoints disabled after failing for a day.", namespace=NS
+    "webhook_endpoints_disabled",
+    "Endpoints disabled after failing for a day (AGENT_JOBS_WEBHOOK_DISABLE_AFTER_S), by tenant.",
+    ["tenant"],
+    namespace=NS,
 )

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, Engine, insert, select
 
+from agent_jobs.core.park import PARK_KEY, THROTTLES_KEY, Park, ParkReason, park_of
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import TERMINAL, Status
 from agent_jobs.core.text import cut
@@ -49,13 +50,19 @@ APPROVAL_REQUESTED = "approval.requested"
 APPROVAL_EXPIRING = "approval.expiring"
 TASK_PARKED = "task.parked_by_operator"
 TASK_DEAD_LETTERED = "task.dead_lettered"
+# One of the tenant's endpoints failed for a day and was disabled: told to its other endpoints
+# (never to the disabled one), written in the transaction that disabled it.
+ENDPOINT_DISABLED = "endpoint.disabled"
 EVENT_TYPES: tuple[str, ...] = (
     *TASK_FINISHED.values(),
     APPROVAL_REQUESTED,
     APPROVAL_EXPIRING,
     TASK_PARKED,
     TASK_DEAD_LETTERED,
+    ENDPOINT_DISABLED,
 )
+# The console's page of pending approvals (it lists them; it has no route to one approval).
+CONSOLE_APPROVALS = "/console/#approvals"
 # An action's arguments are never sent; these two say what an approver decides on (`amount_minor`
 # in the currency's minor unit), and only as a number and a short code.
 _AMOUNT_KEYS = ("amount_minor", "currency")
@@ -78,8 +85,9 @@ class Planned:
 
 
 def links(task_id: str) -> dict[str, str]:
-    """Where a receiver reads more (relative to the API's address: the body is built without it)."""
-    return {"task": f"/v1/tasks/{task_id}", "console": f"/console/#/tasks/{task_id}"}
+    """Where a receiver reads more (relative to the API's address: the body is built without it).
+    Console links are the console's own routes (`#timeline/<task>`, `#approvals`, `#queues`)."""
+    return {"task": f"/v1/tasks/{task_id}", "console": f"/console/#timeline/{task_id}"}
 
 
 def events_of(task: TaskRow, patch: Patch) -> list[Event]:
@@ -117,19 +125,65 @@ def events_of(task: TaskRow, patch: Patch) -> list[Event]:
                     "links": {
                         **links(task.id),
                         "approval": f"/v1/approvals/{req.approval_id}",
-                        "console": f"/console/#/approvals/{req.approval_id}",
+                        "console": CONSOLE_APPROVALS,
                     },
                 },
             )
         )
-    # A lever's park repeats every poll while the lever holds: only its first is news.
-    if (
-        patch.to is Status.RETRY_WAIT
-        and patch.data.get("by_operator")
-        and patch.data.get("count") == 1
-    ):
-        out.append(Event(TASK_PARKED, {**base, "reason": cut(str(patch.data.get("reason")), 200)}))
+    held = lever_park(patch)
+    # A lever's park repeats every poll while the lever holds: only its first is news. The
+    # count is the park's own (runtime's throttle counter, dropped when the effect goes through).
+    if held is not None and _park_count(patch) == 1:
+        out.append(Event(TASK_PARKED, {**base, "reason": held.detail}))
     return out
+
+
+def lever_park(patch: Patch) -> Park | None:
+    """The park `patch` writes when an operator's lever holds the task's effect: read from its
+    explicit park reason (`runtime["park"]`, invariant 12), never inferred from other fields."""
+    if patch.to is not Status.RETRY_WAIT or patch.state is None:
+        return None
+    runtime = patch.state.get("runtime")
+    if not isinstance(runtime, dict) or PARK_KEY not in runtime:
+        return None
+    try:
+        park = park_of(Status.RETRY_WAIT, runtime)
+    except ValueError:
+        return None
+    return park if park is not None and park.reason is ParkReason.HELD_BY_OPERATOR else None
+
+
+def _park_count(patch: Patch) -> int | None:
+    runtime = (patch.state or {}).get("runtime") or {}
+    count = (runtime.get(THROTTLES_KEY) or {}).get("count")
+    return count if isinstance(count, int) else None
+
+
+def endpoint_disabled_event(endpoint: Any, dead_lettered: int) -> Event:
+    """`endpoint.disabled` for an endpoint row (a mapping) just disabled after failing for
+    `webhook_disable_after_s`: which one, since when, why (our own words and its last answer)
+    and how many of its deliveries were dead-lettered with it; never its URL (a URL may carry a
+    token of the receiver's) nor any payload."""
+    endpoint_id = endpoint["id"]
+    return Event(
+        ENDPOINT_DISABLED,
+        {
+            "endpoint_id": endpoint_id,
+            "disabled_at": _iso(endpoint["disabled_at"]),
+            "failing_since": _iso(endpoint["failing_since"]),
+            "reason": cut(str(endpoint["disabled_reason"] or ""), 300),
+            "dead_lettered": dead_lettered,
+            "links": {
+                "endpoint": f"/v1/webhooks/{endpoint_id}",
+                "dead": f"/v1/webhooks/deliveries?status=dead&endpoint_id={endpoint_id}",
+                "console": "/console/#queues",
+            },
+        },
+    )
+
+
+def _iso(value: Any) -> str | None:
+    return None if value is None else value.isoformat()
 
 
 def _amount(args: Any) -> dict[str, Any]:
@@ -157,7 +211,7 @@ def expiring_event(approval: Any) -> Event:
             "links": {
                 **links(task_id),
                 "approval": f"/v1/approvals/{approval_id}",
-                "console": f"/console/#/approvals/{approval_id}",
+                "console": CONSOLE_APPROVALS,
             },
         },
     )
@@ -235,7 +289,7 @@ def _may_cause(patch: Patch) -> bool:
         patch.to in TERMINAL
         or patch.approval_request is not None
         or patch.dead_letter is not None
-        or bool(patch.data.get("by_operator"))
+        or lever_park(patch) is not None
     )
 
 

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Connection,
     bindparam,
     func,
+    insert,
     literal_column,
     select,
     update,
@@ -34,9 +35,11 @@ from agent_jobs.store.types import db_now, db_now_plus
 from agent_jobs.store.webhook_endpoints import WebhookEndpointStore
 from agent_jobs.store.webhook_outbox import (
     APPROVAL_EXPIRING,
+    ENDPOINT_DISABLED,
     PRESENCE,
     body_of,
     delivery_values,
+    endpoint_disabled_event,
     expiring_event,
 )
 
@@ -63,6 +66,16 @@ class Delivery:
     last_error: str | None
     created_at: datetime
     delivered_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Failed:
+    """What a failed attempt did to its endpoint: `disabled` it (failing past the window), and
+    the `endpoint.disabled` deliveries written to the tenant's other endpoints, to publish."""
+
+    disabled: bool
+    tenant_id: str
+    announced: list[int]
 
 
 @dataclass(frozen=True)
@@ -184,11 +197,13 @@ class WebhookStore(WebhookEndpointStore):
         error: str,
         retry_in_s: float | None,
         disable_after_s: float,
-    ) -> bool:
+    ) -> Failed:
         """The attempt failed: retry in `retry_in_s`, or (None) dead-letter it. The endpoint
         counts as failing since its first failure after its last success; failing for
         `disable_after_s` disables it, and its pending deliveries are dead-lettered with it
-        (replayable once it is enabled again). Returns whether this disabled it."""
+        (replayable once it is enabled again). Its owner is told in the same transaction: an
+        `endpoint.disabled` row for each of the tenant's other enabled endpoints that asks for
+        it (publish `Failed.announced` after this returns)."""
         d = claimed
         values: dict[str, Any] = {
             "last_status": status_code,
@@ -199,6 +214,7 @@ class WebhookStore(WebhookEndpointStore):
             values.update(status="dead", next_attempt_at=None)
         else:
             values["next_attempt_at"] = db_now_plus(retry_in_s)
+        announced: list[int] = []
         with self.tx() as conn:
             conn.execute(update(_D).where(_fenced(d)).values(**values))
             conn.execute(
@@ -215,15 +231,38 @@ class WebhookStore(WebhookEndpointStore):
                 )
                 .values(
                     disabled_at=db_now(),
-                    disabled_reason=f"failing for {disable_after_s / 3600:g} h: {error[:200]}",
+                    disabled_reason=f"failing for {_span(disable_after_s)}: {error[:200]}",
                     updated_at=db_now(),
                 )
             ).rowcount
             if off:
-                self._bury_pending(conn, d.endpoint_id, "endpoint disabled")
+                buried = self._bury_pending(conn, d.endpoint_id, "endpoint disabled")
+                announced = self._announce_disabled(conn, d.endpoint_id, buried)
         if off:
             PRESENCE.forget(d.tenant_id)
-        return bool(off)
+        return Failed(bool(off), d.tenant_id, announced)
+
+    def _announce_disabled(self, conn: Connection, endpoint_id: str, buried: int) -> list[int]:
+        """`endpoint.disabled` rows to the tenant's other enabled endpoints that want it (the
+        disabled one is no longer enabled: it never gets its own)."""
+        row = conn.execute(select(_E).where(_E.c.id == endpoint_id)).one()
+        wanting = [
+            e.id
+            for e in conn.execute(
+                select(_E.c.id, _E.c.event_types).where(
+                    (_E.c.tenant_id == row.tenant_id)
+                    & _E.c.disabled_at.is_(None)
+                    & (_E.c.id != endpoint_id)
+                )
+            )
+            if ENDPOINT_DISABLED in (e.event_types or ())
+        ]
+        if not wanting:
+            return []
+        body = body_of(endpoint_disabled_event(row._mapping, buried))
+        rows = [delivery_values(ep, row.tenant_id, None, ENDPOINT_DISABLED, body) for ep in wanting]
+        stmt = insert(_D).values(rows).returning(_D.c.id)
+        return sorted(int(i) for i in conn.execute(stmt).scalars())
 
     def bury(self, claimed: Delivery, reason: str) -> None:
         """Dead-letter a claimed delivery without sending it (its endpoint is disabled)."""
@@ -234,11 +273,13 @@ class WebhookStore(WebhookEndpointStore):
                 .values(status="dead", next_attempt_at=None, last_error=reason, updated_at=db_now())
             )
 
-    def _bury_pending(self, conn: Connection, endpoint_id: str, reason: str) -> None:
-        conn.execute(
-            update(_D)
-            .where((_D.c.endpoint_id == endpoint_id) & (_D.c.status == _PENDING))
-            .values(status="dead", next_attempt_at=None, last_error=reason, updated_at=db_now())
+    def _bury_pending(self, conn: Connection, endpoint_id: str, reason: str) -> int:
+        return int(
+            conn.execute(
+                update(_D)
+                .where((_D.c.endpoint_id == endpoint_id) & (_D.c.status == _PENDING))
+                .values(status="dead", next_attempt_at=None, last_error=reason, updated_at=db_now())
+            ).rowcount
         )
 
     def due_deliveries(self, limit: int) -> list[tuple[str, int]]:
@@ -375,6 +416,11 @@ class WebhookStore(WebhookEndpointStore):
         with self.engine.connect() as conn:
             counts = {str(s): int(n) for s, n in conn.execute(q)}
         return {s: counts.get(s, 0) for s in ("pending", "delivered", "dead")}
+
+
+def _span(seconds: float) -> str:
+    """A disable window in a person's words: `24 h`, or `90 s` for a shortened one."""
+    return f"{seconds / 3600:g} h" if seconds >= 3600 else f"{seconds:g} s"
 
 
 def _fenced(d: Delivery) -> Any:

@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from agent_jobs.core.errors import StaleTransition
+from agent_jobs.core.park import PARK_KEY, THROTTLES_KEY, Park, ParkReason
 from agent_jobs.store import Lease, Store
 from agent_jobs.store.guard import Guard
 from agent_jobs.store.schema import webhook_deliveries
@@ -173,23 +174,46 @@ def test_on_the_steps_own_connection_the_event_is_atomic_too(store: Store, tenan
     assert [t for _, t, _ in _bodies(store, lease.task_id)] == ["task.completed"]
 
 
+def _parked(reason: ParkReason, count: int, detail: str) -> dict:  # type: ignore[type-arg]
+    """A task's state as a park writes it: the park entry and its throttle counter."""
+    park = Park.of(reason, detail).entry()
+    return {"runtime": {PARK_KEY: park, THROTTLES_KEY: {"count": count, "waited_s": 0.0}}}
+
+
 def test_a_levers_park_is_announced_once_not_at_every_poll(store: Store, tenant: str) -> None:
     """A lever (stop-effects, read-only, a disabled tool) parks the effect and re-parks it at
-    every poll while it holds: only the first park is an event."""
+    every poll while it holds: only the first park is an event. A lever's park is known by its
+    park reason (HELD_BY_OPERATOR), never by other fields of the patch."""
     _endpoint(store, tenant, "task.parked_by_operator")
     lease = running(store, tenant)
-    parked = {"reason": "effects stopped by an operator", "by_operator": True}
+    detail = "effects_stopped: effects stopped by operator"
+    held = _parked(ParkReason.HELD_BY_OPERATOR, 1, detail)
     result = store.transition(
         Guard.lease(lease),
-        to(S.RETRY_WAIT, "effect_throttled", data={**parked, "count": 1}, wake_in_s=0.0),
+        to(S.RETRY_WAIT, "effect_throttled", data={"count": 1}, state=held, wake_in_s=0.0),
     )
     assert [t for _, t, _ in _bodies(store, lease.task_id)] == ["task.parked_by_operator"]
-    assert _bodies(store, lease.task_id)[0][2]["data"]["reason"] == parked["reason"]
+    assert _bodies(store, lease.task_id)[0][2]["data"]["reason"] == detail
     assert result.task is not None
     again = store.claim(lease.task_id, "worker-a:1", 30.0)
     assert again is not None
     store.transition(
         Guard.lease(again),
-        to(S.RETRY_WAIT, "effect_throttled", data={**parked, "count": 2}, wake_in_s=1.0),
-    )
+        to(S.RETRY_WAIT, "effect_throttled",
+           state=_parked(ParkReason.HELD_BY_OPERATOR, 2, detail), wake_in_s=1.0),
+    )  # fmt: skip
     assert len(_bodies(store, lease.task_id)) == 1
+
+
+def test_a_providers_throttle_is_no_levers_park(store: Store, tenant: str) -> None:
+    """A provider's 429 parks the same way with another reason: no event, whatever the patch's
+    data says (the previous code read `by_operator` there)."""
+    _endpoint(store, tenant, "task.parked_by_operator")
+    lease = running(store, tenant)
+    throttled = _parked(ParkReason.THROTTLED, 1, "429 Too Many Requests")
+    store.transition(
+        Guard.lease(lease),
+        to(S.RETRY_WAIT, "effect_throttled", data={"by_operator": True, "count": 1},
+           state=throttled, wake_in_s=1.0),
+    )  # fmt: skip
+    assert _bodies(store, lease.task_id) == []

@@ -688,7 +688,7 @@
           el("thead", {}, el("tr", {}, ["endpoint", "url", "events", "state", "failing since"].map((h) => el("th", {}, h)))),
           el("tbody", {}, endpoints.data.endpoints.map((e) => el("tr", {},
             el("td", {}, el("code", {}, e.id)), el("td", {}, e.url), el("td", {}, e.event_types.join(", ")),
-            el("td", {}, e.enabled ? "enabled" : "disabled: " + (e.disabled_reason || "")),
+            el("td", {}, e.enabled ? "enabled" : "disabled " + fmtTime(e.disabled_at) + ": " + (e.disabled_reason || "")),
             el("td", {}, e.failing_since ? fmtTime(e.failing_since) : "-")))))
       : el("p", { class: "muted" }, "No endpoint registered (POST /v1/webhooks)."));
     if (dead.data.deliveries.length) {
