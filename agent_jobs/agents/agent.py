@@ -81,6 +81,7 @@ class Agent:
         max_model_calls: int = 6,
         max_redrafts: int = 1,
         max_effects: int = 1,
+        approve_plan: bool = False,
     ) -> None:
         if not prompt.strip():
             raise ConfigError(f"agent {name}: the prompt is empty")
@@ -101,6 +102,10 @@ class Agent:
         # One by default: a policy written for one effect per task (a cap per refund) is not
         # widened to several without its author saying so.
         self.max_effects = max_effects
+        # A plan of effects the model proposes is shown to a person whole: when any of its
+        # effects needs one, one approval asks for all (each still its own grant, bound to its
+        # hash, used once at its turn). Off: each effect that needs a person asks on its turn.
+        self.approve_plan = approve_plan
         self.claims: dict[str, type[Claim]] = {}
         self.effects: dict[str, Effect] = {}
         self._descriptors: list[ToolDescriptor] = []

@@ -210,7 +210,7 @@ def _next_planned(
     an `Act` like any other (its own key, policy decision over the facts of now, approval), with
     no model call. Refused before it is sent, the rest of the plan is dropped."""
     state["planned"] = planned[1:]
-    decision = _act(agent, inp, state, planned[0])
+    decision = _act(agent, inp, state, planned[0], planned[1:])
     if not isinstance(decision, wf.Act):
         state["planned"] = []
     return decision
@@ -245,7 +245,7 @@ def _tool_calls(
         # A plan: the first now, each next once the one before is applied (`_next_planned`).
         state["planned"] = [{"tool": c["tool"], "args": dict(c.get("args") or {})}
                             for c in effects[1:]]  # fmt: skip
-        decision = _act(agent, inp, state, effects[0])
+        decision = _act(agent, inp, state, effects[0], state["planned"])
         if not isinstance(decision, wf.Act):
             state["planned"] = []  # the model plans again, told why
         return decision
@@ -275,8 +275,31 @@ def _too_large(result: Any) -> bool:
 
 
 def _act(
-    agent: Agent, inp: wf.StepInput, state: dict[str, Any], call: dict[str, Any]
+    agent: Agent,
+    inp: wf.StepInput,
+    state: dict[str, Any],
+    call: dict[str, Any],
+    rest: list[dict[str, Any]],
 ) -> wf.StepDecision:
+    """`call` as the orchestrator's `Act`; with `approve_plan`, the plan's `rest` too, as the
+    actions one approval asks for with it (each checked now as it will be at its turn: a plan
+    with an effect that could not be sent is not shown to a person, the model is told)."""
+    first = _action(agent, inp, state, call)
+    if not isinstance(first, Action):
+        return first
+    plan: list[Action] = []
+    for later in rest if agent.approve_plan else []:
+        action = _action(agent, inp, state, later)
+        if not isinstance(action, Action):
+            return action
+        plan.append(action)
+    state["proposed"] = first.tool
+    return wf.Act(first, state, plan=tuple(plan))
+
+
+def _action(
+    agent: Agent, inp: wf.StepInput, state: dict[str, Any], call: dict[str, Any]
+) -> Action | wf.Observe:
     d = agent.tools.get(str(call["tool"]))
     assert d is not None and d.idempotency_key_template is not None  # effects are keyed
     args = dict(call.get("args") or {})
@@ -312,8 +335,7 @@ def _act(
         _note(state, f"{d.name} was refused under its key with other arguments; this task "
                      "cannot send it again with different ones. Draft the reply.")  # fmt: skip
         return wf.Observe(state, note="effect key holds another action")
-    state["proposed"] = d.name
-    return wf.Act(action, state)
+    return action
 
 
 # -- authorize, execute, reconcile, after_effect ---------------------------------------------------

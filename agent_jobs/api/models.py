@@ -222,6 +222,11 @@ class Approval(_Model):
     expires_at: datetime
     decided_at: datetime | None
     used_at: datetime | None
+    group_id: str | None = Field(
+        default=None,
+        description="The group's head approval when several effects of a plan are decided "
+        "together (`GET /v1/approvals/{id}/group`); deciding any decides them all.",
+    )
 
     @classmethod
     def from_view(cls, view: ApprovalView) -> Approval:

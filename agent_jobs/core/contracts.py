@@ -136,6 +136,8 @@ class ApprovalView(Frozen):
     expires_at: datetime
     decided_at: datetime | None
     used_at: datetime | None
+    # The head approval's id when this one is decided with others (a plan of effects).
+    group_id: str | None = None
 
 
 EffectStatus = Literal["intent", "committed", "unknown", "failed"]

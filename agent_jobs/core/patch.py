@@ -24,8 +24,20 @@ class EffectWrite:
 
 
 @dataclass(frozen=True)
+class GroupMember:
+    """Another effect of a plan, asked with the request's action in one decision: an approval
+    row of its own, bound to its own action hash, used once at its turn."""
+
+    approval_id: str
+    action: Action
+    reason: str
+
+
+@dataclass(frozen=True)
 class ApprovalRequest:
-    """Park for a human: bind this exact action, under this policy version, for `ttl_s`."""
+    """Park for a human: bind this exact action, under this policy version, for `ttl_s`.
+    `members`: the plan's other effects, decided with it in one decision (a group whose head,
+    the approval the task waits on, is `approval_id`)."""
 
     approval_id: str
     action: Action
@@ -33,6 +45,7 @@ class ApprovalRequest:
     requester: str
     reason: str
     ttl_s: float
+    members: tuple[GroupMember, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,12 @@
 A grant is checked again before acting (`granted`), with today's policy; a valid one is consumed
 in the same transaction as the intent, and the effect path takes over (`execute_after`). A
 denial, an expiry or an invalid grant goes back to RUNNING with a note for the workflow.
+
+A plan (`Act.plan`) is asked for in one approval when any of its effects needs a person: one row
+per effect, each bound to its own hash, decided together (`store.approval_groups`). The task
+waits on the first; each later effect, at its turn, is authorized again and consumes its own
+grant with its intent (`granted`) — an action whose hash no grant of the group holds (its
+arguments changed) is asked for again, never sent on the group's word.
 """
 
 from __future__ import annotations
@@ -12,20 +18,82 @@ from typing import Any
 
 from agent_jobs.core.contracts import Action, ApprovalView
 from agent_jobs.core.park import THROTTLES_KEY, UNCONFIRMED_KEY
-from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, Patch
+from agent_jobs.core.patch import ApprovalRequest, ApprovalUse, EffectWrite, GroupMember, Patch
 from agent_jobs.core.states import Status
+from agent_jobs.core.text import cut
 from agent_jobs.ops.live import current as current_switches
 from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.orchestrator.patches import action_summary, note, with_runtime
 from agent_jobs.orchestrator.session import Session
 from agent_jobs.orchestrator.step_base import StepBase
 from agent_jobs.policy.approvals import Grant, validate_grant
+from agent_jobs.store.approval_groups import member_id
 from agent_jobs.store.ids import new_id
 
 S = Status
 
 
 class ApprovalSteps(StepBase):
+    # -- asking: one action, or the effects of a plan in one decision ------------------------
+
+    def approval_for(
+        self,
+        s: Session,
+        decision: wf.Act,
+        auth: wf.Authorization,
+        rt: dict[str, Any],
+        summary: dict[str, Any],
+    ) -> Patch | None:
+        """An action the policy does not simply allow, or one with a plan behind it: its own
+        grant given with its plan (used now, with the intent), else an approval asked now —
+        of the whole plan when any of its effects needs a person and none is denied (a denied
+        one would stop the plan at its turn: the first is then asked alone). None: nobody is
+        needed, go on."""
+        action = decision.action
+        if auth.kind == "needs_approval":
+            found = self.store.plan_grant(s.task.id, action.action_hash)
+            if found is not None:
+                approval, now = found
+                rt["approval_id"] = approval.approval_id
+                return self.granted(s, approval, action, rt, now, state=decision.state)
+        rest = [(a, self.authorize(s, a)) for a in decision.plan]
+        grouped = bool(rest) and all(a.kind != "deny" for _, a in rest)
+        if not grouped:
+            rest = []
+        if auth.kind != "needs_approval" and all(a.kind != "needs_approval" for _, a in rest):
+            return None
+        approval_id = new_id("apr")
+        rt["approval_id"] = approval_id
+        asked_with = "asked with its plan"
+        members = tuple(
+            GroupMember(member_id(approval_id, i), a, cut(m.reason or asked_with, 500))
+            for i, (a, m) in enumerate(rest, start=1)
+        )
+        group = [{"approval_id": m.approval_id, **action_summary(m.action)} for m in members]
+        return Patch(
+            to=S.APPROVAL_WAIT,
+            event="approval_requested",
+            data={
+                **summary,
+                "approval_id": approval_id,
+                "reason": auth.reason,
+                "ttl_s": auth.ttl_s,
+                **({"group": group} if group else {}),
+            },
+            state=with_runtime(decision.state, s.task.state, rt),
+            attempts=0,
+            wake_in_s=auth.ttl_s,
+            approval_request=ApprovalRequest(
+                approval_id=approval_id,
+                action=action,
+                policy_version=auth.policy_version,
+                requester=s.task.requester,
+                reason=auth.reason or (asked_with if members else "policy requires approval"),
+                ttl_s=auth.ttl_s,
+                members=members,
+            ),
+        )
+
     # -- asked again: every resend of a recorded intent ----------------------------------------
 
     def authorize_resend(
@@ -165,12 +233,20 @@ class ApprovalSteps(StepBase):
         )
 
     def granted(
-        self, s: Session, approval: ApprovalView, action: Action, rt: dict[str, Any], now: Any
+        self,
+        s: Session,
+        approval: ApprovalView,
+        action: Action,
+        rt: dict[str, Any],
+        now: Any,
+        *,
+        state: dict[str, Any] | None = None,
     ) -> Patch:
         """Revalidate before acting, with the one grant check (`policy.approvals.validate_grant`,
         the seed's `validateGrant`): used, not granted, action changed, expired, self-approval,
         policy changed — and the policy of today must still not deny it (policy is evaluated
-        again on resume)."""
+        again on resume). `state`: the workflow's new state, when a plan's effect takes its
+        grant at its turn (None: the task's, unchanged while it waited)."""
         auth = self.authorize(s, action)
         grant = Grant(
             approval_id=approval.approval_id,
@@ -195,7 +271,7 @@ class ApprovalSteps(StepBase):
                 to=S.RUNNING,
                 event="approval_invalid",
                 data={"approval_id": approval.approval_id, "reason": problem},
-                state=with_runtime(None, s.task.state, rt),
+                state=with_runtime(state, s.task.state, rt),
                 approval_use=ApprovalUse(
                     approval.approval_id, "expired" if problem == "expired" else "void"
                 ),
@@ -209,7 +285,7 @@ class ApprovalSteps(StepBase):
                 "approver": approval.approver,
                 "policy_version": auth.policy_version,
             },
-            state=with_runtime(None, s.task.state, rt),
+            state=with_runtime(state, s.task.state, rt),
             keep_lease=True,
             effect=EffectWrite(action, "intent"),
             # Consumed in the intent's transaction (invariant 8): single use, checked by the DB.

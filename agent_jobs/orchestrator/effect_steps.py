@@ -13,7 +13,7 @@ from typing import Any
 from agent_jobs.core.contracts import Action
 from agent_jobs.core.holds import held_poll_s
 from agent_jobs.core.park import PARK_KEY, THROTTLES_KEY, UNCONFIRMED_KEY, Park, ParkReason
-from agent_jobs.core.patch import ApprovalRequest, EffectWrite, Patch
+from agent_jobs.core.patch import EffectWrite, Patch
 from agent_jobs.core.retry import backoff_s
 from agent_jobs.core.states import Status
 from agent_jobs.core.text import cut
@@ -23,7 +23,6 @@ from agent_jobs.orchestrator import workflow as wf
 from agent_jobs.orchestrator.patches import action_summary, lease_lost, note, with_runtime
 from agent_jobs.orchestrator.session import Session
 from agent_jobs.orchestrator.step_base import StepBase, log
-from agent_jobs.store.ids import new_id
 
 S = Status
 # Committed effects remembered for the outcome (a task that ends after an effect says so).
@@ -67,30 +66,11 @@ class EffectSteps(StepBase):
         rt.pop(UNCONFIRMED_KEY, None)
         rt["reconcile_failures"] = 0
         rt.pop(THROTTLES_KEY, None)
-        if auth.kind == "needs_approval":
-            approval_id = new_id("apr")
-            rt["approval_id"] = approval_id
-            return Patch(
-                to=S.APPROVAL_WAIT,
-                event="approval_requested",
-                data={
-                    **summary,
-                    "approval_id": approval_id,
-                    "reason": auth.reason,
-                    "ttl_s": auth.ttl_s,
-                },
-                state=with_runtime(decision.state, s.task.state, rt),
-                attempts=0,
-                wake_in_s=auth.ttl_s,
-                approval_request=ApprovalRequest(
-                    approval_id=approval_id,
-                    action=action,
-                    policy_version=auth.policy_version,
-                    requester=s.task.requester,
-                    reason=auth.reason or "policy requires approval",
-                    ttl_s=auth.ttl_s,
-                ),
-            )
+        if auth.kind == "needs_approval" or decision.plan:
+            # A person: a grant given with its plan, or asked now (`ApprovalSteps.approval_for`).
+            asked = self.approval_for(s, decision, auth, rt, summary)
+            if asked is not None:
+                return asked
         rt["approval_id"] = None
         intent = Patch(
             to=S.EXECUTING,

@@ -197,6 +197,19 @@ class StepBase(ABC):
         """Commit the intent (keeping the lease), then call the tool (`EffectSteps`)."""
 
     @abstractmethod
+    def approval_for(
+        self,
+        s: Session,
+        decision: wf.Act,
+        auth: wf.Authorization,
+        rt: dict[str, Any],
+        summary: dict[str, Any],
+    ) -> Patch | None:
+        """A person for an action the policy does not simply allow, or for its plan: a grant
+        given with the plan, or an approval asked now; None to go on without one
+        (`ApprovalSteps`)."""
+
+    @abstractmethod
     def decision_stands(self, s: Session, action: Action) -> bool:
         """Whether the policy decision this step made still holds under the switches of now
         (`ApprovalSteps`)."""

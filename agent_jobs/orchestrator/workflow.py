@@ -96,10 +96,16 @@ class Observe:
 
 @dataclass(frozen=True)
 class Act:
-    """Propose one side-effecting action. Policy (`authorize`) decides what happens to it."""
+    """Propose one side-effecting action. Policy (`authorize`) decides what happens to it.
+
+    `plan`: the actions the workflow will propose next, in order, once this one is applied.
+    When any of them (or this one) needs a person, one approval asks for them all together
+    (each its own grant, bound to its own hash, used once at its turn); each is still its own
+    `Act` later, authorized again then."""
 
     action: Action
     state: dict[str, Any]
+    plan: tuple[Action, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from agent_jobs.core.contracts import ApprovalView
 from agent_jobs.core.errors import ApprovalError, RecordNotFound, SelfApproval
 from agent_jobs.core.identity import same_principal
 from agent_jobs.core.text import cut
+from agent_jobs.store.approval_groups import decide_members, granted_in_plan, group_of
 from agent_jobs.store.backend import Decision
 from agent_jobs.store.backend.statements import APPROVAL_NOW
 from agent_jobs.store.base import StoreBase
@@ -46,6 +47,21 @@ class ApprovalStore(StoreBase):
         assert isinstance(now, datetime)
         return approval_from_row(row), now
 
+    def approval_group(self, approval_id: str, tenant_id: str | None = None) -> list[ApprovalView]:
+        """The approvals decided together with this one, in the plan's order (its head first);
+        just this one when it is not in a group. Another tenant's is not found."""
+        current = self.approval(approval_id, tenant_id)
+        if current.group_id is None:
+            return [current]
+        with self.autocommit() as conn:
+            return group_of(conn, current.task_id, current.group_id)
+
+    def plan_grant(self, task_id: str, action_hash: str) -> tuple[ApprovalView, datetime] | None:
+        """A grant of this exact action given with its plan's group, unused, and the database's
+        clock: what the effect's turn consumes instead of asking a person again."""
+        with self.autocommit() as conn:
+            return granted_in_plan(conn, task_id, action_hash)
+
     def list_approvals(
         self,
         tenant_id: str | None,
@@ -80,8 +96,13 @@ class ApprovalStore(StoreBase):
         note: str = "",
     ) -> DecisionResult:
         """Grant or deny a pending approval and wake its task. Refuses self-approval, decisions on
-        expired or already decided approvals, and another tenant's approval (as not found)."""
+        expired or already decided approvals, and another tenant's approval (as not found).
+        An approval of a group (a plan's effects asked together) is decided with its whole
+        group, in one transaction: deciding any of them decides its head and every other."""
         current = self.approval(approval_id, tenant_id)
+        if current.group_id is not None and current.group_id != approval_id:
+            approval_id = current.group_id
+            current = self.approval(approval_id, tenant_id)
         if not approver.strip():
             raise ApprovalError(approval_id, "an approver must be named")
         # "Alice", " alice" and a full-width "Alice" are one person: compare principals.
@@ -90,11 +111,17 @@ class ApprovalStore(StoreBase):
             raise SelfApproval(approval_id)
         status = "granted" if grant else "denied"
         data = {"approval_id": approval_id, "approver": approver, "note": cut(note, 200)}
-        with self.autocommit() as conn:
+        if current.group_id is not None:
+            data["group_id"] = current.group_id
+        # A group's rows are decided together or not at all: one transaction (one statement,
+        # where the database makes that atomic, for a single approval).
+        with self.tx() if current.group_id else self.autocommit() as conn:
             done = self.backend.decide_approval(conn, Decision(approval_id, approver, status, data))
             if done is None:
                 # Read on this connection: on SQLite a second one would wait on our write lock.
                 raise ApprovalError(approval_id, _refusal(conn, approval_id))
+            if current.group_id is not None:
+                decide_members(conn, current, approver, status)
         row, woken_tenant = done
         return _decided(approval_from_row(row), woken_tenant)
 

@@ -251,4 +251,5 @@ def approval_from_row(row: RowLike) -> ApprovalView:
         expires_at=m["expires_at"],
         decided_at=m["decided_at"],
         used_at=m["used_at"],
+        group_id=m.get("group_id"),
     )

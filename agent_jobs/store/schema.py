@@ -214,6 +214,9 @@ approvals = Table(
     # as for the code (migration 0005).
     Column("requester_principal", String(255), nullable=False, default=_requester_principal),
     Column("approver_principal", String(255)),
+    # The head approval's id for the rows one person decides together (a plan of effects,
+    # migration 0014); NULL for an approval of one action.
+    Column("group_id", String(40)),
     CheckConstraint(
         "status IN ('pending', 'granted', 'denied', 'expired', 'used', 'void')", name="status"
     ),

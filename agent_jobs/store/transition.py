@@ -19,6 +19,7 @@ from agent_jobs.core.contracts import Action
 from agent_jobs.core.errors import ApprovalError, EffectKeyConflict, StaleTransition
 from agent_jobs.core.patch import ApprovalUse, Patch
 from agent_jobs.core.states import RUNNABLE, check_transition
+from agent_jobs.store.approval_groups import request_members
 from agent_jobs.store.backend import Backend, CasWrite
 from agent_jobs.store.guard import Guard
 from agent_jobs.store.rows import Dispatch, PendingEvent, RowLike, TaskRow, task_from_row
@@ -154,6 +155,7 @@ def _check_intent(conn: Connection, task_id: str, patch: Patch, row: RowLike) ->
 def _write_approval(backend: Backend, conn: Connection, task: TaskRow, patch: Patch) -> None:
     if patch.approval_request is not None:
         backend.request_approval(conn, task, patch.approval_request)
+        request_members(conn, task, patch.approval_request)
     use = patch.approval_use
     if use is not None and not backend.use_approval(conn, task, use) and use.status == "used":
         raise _unusable(use)

@@ -323,8 +323,8 @@ def rides(patch: Patch, *, returning: bool) -> str | None:
     back (in a transaction, which `check_intent` can roll back) it carries an effect's
     intent, `"intent"`, with the approval it uses, `"intent_used"`."""
     eff, req, use = patch.effect, patch.approval_request, patch.approval_use
-    if patch.dead_letter is not None:
-        return None
+    if patch.dead_letter is not None or (req is not None and req.members):
+        return None  # a group's other rows are statements of their own (`approval_groups`)
     if returning:
         if eff is None or eff.status != "intent" or req is not None:
             return None
