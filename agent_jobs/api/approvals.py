@@ -7,7 +7,11 @@ one person): checked here for a clear 403 `self_approval`, and again by the stor
 
 A decision's `note` follows the content rule (`core.text`), like a task's input: kept as given,
 except a NUL, which no store can hold, becomes U+FFFD (a lone surrogate escape never gets this
-far: the JSON parser refuses it as a string, 422 `field: note`)."""
+far: the JSON parser refuses it as a string, 422 `field: note`).
+
+A plan's effects asked for together (an agent's `approve_plan`) are a group: each its own approval
+(bound to its own action hash, used once), listed by `GET /v1/approvals/{id}/group` in the plan's
+order, and decided in one decision: granting or denying any of them decides them all."""
 
 from __future__ import annotations
 
@@ -52,6 +56,19 @@ def list_approvals(
     return ApprovalList(approvals=[Approval.from_view(v) for v in views])
 
 
+@router.get(
+    "/{approval_id}/group",
+    response_model=ApprovalList,
+    summary="The approvals decided together with this one",
+    description="The effects of a plan asked for in one approval, in the plan's order (the one "
+    "its task waits on first); just this approval when it is not in a group.",
+    responses=r.errors(401, 403, 404, 413, 422, 503),
+)
+def approval_group(approval_id: ApprovalId, request: Request, who: Approver) -> ApprovalList:
+    views = state(request).runtime.store.approval_group(approval_id, who.tenant_id)
+    return ApprovalList(approvals=[Approval.from_view(v) for v in views])
+
+
 def _decide(request: Request, who: Principal, approval_id: str, grant: bool, note: str) -> Approval:
     rt = state(request).runtime
     current = rt.store.approval(approval_id, who.tenant_id)  # another tenant's: 404
@@ -72,7 +89,8 @@ OptionalDecision = Annotated[ApprovalDecision | None, Body()]
     response_model=Approval,
     summary="Grant a pending approval",
     description="Binds the grant to the approval's exact action hash and policy version; it "
-    "expires and is single-use. 409 when the approval is no longer pending.",
+    "expires and is single-use. 409 when the approval is no longer pending. An approval of a "
+    "group is granted with its whole group (one grant per action hash).",
     responses=_DECISION_ERRORS,
 )
 def grant(
@@ -85,6 +103,7 @@ def grant(
     "/{approval_id}/deny",
     response_model=Approval,
     summary="Deny a pending approval",
+    description="An approval of a group is denied with its whole group: none of it is sent.",
     responses=_DECISION_ERRORS,
 )
 def deny(

@@ -185,6 +185,11 @@ def _decide(args: argparse.Namespace, grant: bool) -> int:
         approval_id, args.as_user, grant=grant, tenant_id=args.tenant, note=args.note
     )
     print(f"{view.approval_id} {view.status} by {view.approver} (task {view.task_id})")
+    if view.group_id is not None:
+        # A plan's effects were decided together: say what each of them now is.
+        for a in rt.store.approval_group(view.approval_id, args.tenant):
+            if a.approval_id != view.approval_id:
+                print(f"  with {a.approval_id} {a.status} {a.tool} {a.action_hash}")
     return 0
 
 
@@ -206,7 +211,7 @@ def cmd_approvals(args: argparse.Namespace) -> int:
         print(to_json(rows))
     else:
         for a in rows:
-            print(approval_line(a))
+            print(approval_line(a) + (f" group={a.group_id}" if a.group_id else ""))
         if not rows:
             print(f"(no {args.status} approvals)", file=sys.stderr)
     return 0
@@ -271,7 +276,11 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_approvals)
 
     for name, func, verb in (("approve", cmd_approve, "grant"), ("deny", cmd_deny, "deny")):
-        p = sub.add_parser(name, help=f"{verb} a pending approval (by approval id or task id)")
+        p = sub.add_parser(
+            name,
+            help=f"{verb} a pending approval (by approval id or task id); an approval of a "
+            "plan's group is decided with its whole group",
+        )
         p.add_argument("id", help="apr_... or tsk_...")
         p.add_argument(
             "--as", dest="as_user", required=True, help="the approver (never the requester)"
