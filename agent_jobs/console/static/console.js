@@ -290,6 +290,8 @@
     const seen = new Set();
     const list = $("approvals");
     for (const a of result.data.approvals) {
+      // A plan's approvals are decided together: one card, its head's, shows the whole group.
+      if (a.group_id && a.group_id !== a.approval_id) continue;
       seen.add(a.approval_id);
       if (!cards.has(a.approval_id)) {
         const card = approvalCard(a);
@@ -444,9 +446,29 @@
             ["expires at", fmtTime(a.expires_at)],
           ])),
         evidenceNode(a)),
+      a.group_id ? groupNode(a) : null,
       el("footer", {}, card.note, card.grant, card.deny),
       card.outcome);
     return card;
+  }
+
+  // The effects of a plan asked for together: each with its exact arguments and the policy's
+  // reason; Grant or Deny on the card decides them all (each still its own grant).
+  function groupNode(a) {
+    const list = el("ol", { class: "group" }, el("li", { class: "muted" }, "Loading the plan…"));
+    api("GET", "/v1/approvals/" + encodeURIComponent(a.approval_id) + "/group").then((result) => {
+      clear(list);
+      if (!result.ok) { list.appendChild(el("li", { class: "refused" }, "Could not load the plan: " + errorText(result))); return; }
+      for (const g of result.data.approvals) {
+        const args = Object.entries(g.args).map(([k, v]) => el("li", {}, el("code", {}, k), " = ", el("code", {}, json(v))));
+        list.appendChild(el("li", { "data-approval-id": g.approval_id },
+          el("span", { class: "tool" }, g.tool + "@" + g.tool_version),
+          el("ul", { class: "args" }, args),
+          kv([["reason", g.reason], ["action hash", g.action_hash, "hash"], ["status", g.status]])));
+      }
+    });
+    return el("div", { class: "plan-group" },
+      el("h3", {}, "The whole plan: one decision grants or denies every effect"), list);
   }
 
   // -- timeline --------------------------------------------------------------------------------
