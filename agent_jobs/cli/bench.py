@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Any
 
-from agent_jobs.cli import bench_failover, bench_pgbouncer, bench_webhooks
+from agent_jobs.cli import bench_beside, bench_failover, bench_pgbouncer, bench_webhooks
 
 
 def _print(result: dict[str, Any], as_json: bool, render: Any) -> int:
@@ -99,6 +99,8 @@ def _side_by_side(
 def cmd_fairness(args: argparse.Namespace) -> int:
     from agent_jobs.bench import fairness  # noqa: PLC0415
 
+    if args.active is not None and args.baseline:
+        return bench_beside.fairness_beside(args)
     if args.active is not None:
         from agent_jobs.bench import scale  # noqa: PLC0415
 
@@ -351,6 +353,7 @@ def register(sub: Any) -> None:
         help="scale mode: also run with every known tenant consumed (idle dropping off)",
     )
     f.add_argument("--no-shared", action="store_true", help="skip the one-shared-queue baseline")
+    bench_beside.add_options(f, pairs=1)  # scale mode: beside the code before a change
     f.add_argument("--json", action="store_true")
     f.set_defaults(func=_guarded(cmd_fairness))
 

@@ -46,56 +46,14 @@ def _beside_before(args: argparse.Namespace) -> int:
     in ABBA pairs. The baseline runs on a database of its own (`--baseline-database`): its
     schema check refuses this checkout's migration, so the two cannot share one. That database
     is migrated by the baseline's own code first."""
-    import os  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
-    from urllib.parse import urlsplit  # noqa: PLC0415
-
     from agent_jobs.bench import baseline  # noqa: PLC0415
-    from agent_jobs.bench.common import progress  # noqa: PLC0415
     from agent_jobs.cli.bench import peers_figures  # noqa: PLC0415
-    from agent_jobs.core.errors import ConfigError  # noqa: PLC0415
+    from agent_jobs.cli.bench_beside import run_beside  # noqa: PLC0415
 
-    if not args.baseline_database:
-        raise ConfigError("--baseline needs --baseline-database URL (a database of its own)")
-    root = baseline.code_root(args.baseline)
-    env = {
-        **os.environ,
-        "AGENT_JOBS_DATABASE_URL": args.baseline_database,
-        "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p),
-    }
-    subprocess.run(
-        [sys.executable, "-m", "agent_jobs.cli", "db", "upgrade"],
-        env=env, cwd=root, check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
     argv = ["bench", "peers", "--json", "--no-dbos", "--tasks", str(args.tasks)]
     argv += ["--steps", str(args.steps), "--workers", str(args.workers)]
     argv += ["--rounds", str(args.rounds), "--handoff-steps", "20"]
-    own_db = urlsplit(args.baseline_database).path.lstrip("/")
-
-    def run(code: Path, child_argv: Any) -> dict[str, Any]:
-        if code != root:
-            return baseline.run_child(code, child_argv)
-        # The child inherits this process's environment: the baseline's database in it for
-        # the child's run, then the environment as it was (copied whole, not read by name:
-        # settings are read in config.py only).
-        saved = os.environ.copy()
-        os.environ["AGENT_JOBS_DATABASE_URL"] = args.baseline_database
-        try:
-            return baseline.run_child(code, [*child_argv, "--wipe", own_db])
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-
-    result = baseline.run_pairs(
-        argv,
-        root,
-        args.pairs,
-        peers_figures,
-        progress=lambda text: progress(not args.json, text),
-        run=run,
-    )
+    result = run_beside(args, argv, peers_figures, migrate_first=True)
     return _print(result, args.json, baseline.render)
 
 
