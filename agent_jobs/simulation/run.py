@@ -1,33 +1,32 @@
 """Running schedules: one from a seed (or a recorded choice sequence), many in a row, and the
 shrinking of a failing one to a short trace.
 
-Each schedule gets a database of its own, copied from a migrated template (a migration per
-schedule would cost more than the schedule), and the same three workers, broker and systems
-built afresh, so nothing carries over between schedules but the template.
+Each schedule gets a database of its own, fresh from a migrated template (`databases`: SQLite
+by default, or Postgres), and the same three workers, broker and systems built afresh, so
+nothing carries over between schedules but the template.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
-import sqlite3
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
 
 from agent_jobs.simulation.choices import Choices
-from agent_jobs.simulation.clock import VirtualClock
+from agent_jobs.simulation.databases import (
+    SQLITE,
+    Database,
+    Databases,
+    ScheduleDatabases,
+    open_databases,
+)
 from agent_jobs.simulation.oracle import Violation
 from agent_jobs.simulation.scenarios import SCENARIOS
 from agent_jobs.simulation.world import Report, World
-from agent_jobs.store import Store
-from agent_jobs.store.engine import make_engine
-from agent_jobs.store.migrate import upgrade
-from agent_jobs.store.seams import OpenTransactions, simulated_sqlite, use_clock
+
+__all__ = ["Databases", "Outcome", "Summary", "explore", "run_schedule", "shrink"]
 
 DEFAULT_ACTIONS = 60
 
@@ -51,55 +50,8 @@ class Outcome:
         return f"crash:{type(self.error).__name__}" if self.error is not None else ""
 
 
-class Databases:
-    """One SQLite engine for every schedule of a process, on a file that a migrated template is
-    copied over before each schedule: the engine's compiled statements outlive the schedules,
-    the data does not. Its clock is whichever world runs now."""
-
-    def __init__(self) -> None:
-        # In memory where the machine has a tmpfs: a schedule commits hundreds of times.
-        shm = Path("/dev/shm")
-        self._dir = Path(tempfile.mkdtemp(prefix="aj-sim-", dir=shm if shm.is_dir() else None))
-        self.template = self._dir / "template.db"
-        self.path = self._dir / "schedule.db"
-        built = self._dir / "built.db"
-        engine = make_engine(f"sqlite:///{built}")
-        upgrade(engine)
-        engine.dispose()
-        with sqlite3.connect(built) as db:
-            db.execute(f"VACUUM INTO '{self.template}'")
-        built.unlink()
-        self.clock = VirtualClock()
-        self.engine = simulated_sqlite(f"sqlite:///{self.path}")
-        use_clock(self.engine, self._now)
-        self.transactions = OpenTransactions(self.engine)
-
-    def _now(self) -> datetime:
-        return self.clock.now()  # the clock of the world running now
-
-    @contextmanager
-    def fresh(self) -> Iterator[Store]:
-        self.engine.dispose()
-        for suffix in ("-wal", "-shm"):
-            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
-        shutil.copyfile(self.template, self.path)
-        # Held open for the schedule: the last connection to close a WAL database checkpoints
-        # it and deletes the log, and the runtime's connections come and go by the hundred.
-        hold = sqlite3.connect(self.path)
-        hold.execute("PRAGMA journal_mode=WAL")
-        try:
-            yield Store(self.engine)
-        finally:
-            self.engine.dispose()
-            hold.close()
-
-    def close(self) -> None:
-        self.engine.dispose()
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-
 def run_schedule(
-    databases: Databases,
+    databases: ScheduleDatabases,
     seed: int,
     *,
     scenario: str = "example",
@@ -162,10 +114,11 @@ def explore(
     actions: int = DEFAULT_ACTIONS,
     stop_at_first: bool = False,
     progress: Callable[[Summary], None] | None = None,
+    database: Database = SQLITE,
 ) -> Summary:
     """Run one schedule a seed, in this process."""
     summary = Summary()
-    databases = Databases()
+    databases = open_databases(database)
     started = time.perf_counter()
     try:
         for seed in seeds:
@@ -195,10 +148,11 @@ def shrink(
     scenario: str = "example",
     actions: int = DEFAULT_ACTIONS,
     budget: int = 300,
+    database: Database = SQLITE,
 ) -> Outcome:
     """The shortest, simplest choice sequence found (within `budget` runs) that still breaks
     the same invariant: chunks deleted, then values lowered toward 0 (the plain choice)."""
-    databases = Databases()
+    databases = open_databases(database)
     best = outcome
     runs = 0
 

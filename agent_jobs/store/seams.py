@@ -4,6 +4,8 @@ SQLAlchemy, so the simulator reaches the engine through these.
 
 - `use_clock(engine, now)`: on SQLite, `now()` in SQL (leases, timers, approval expiry) reads
   `now()` of the simulator's virtual clock instead of the machine's, on every connection.
+  On Postgres the simulator's own databases do the same (`SimulatedPostgres.use_clock`, in
+  `backend.simulated_postgres`, which says how).
 - `on_statement(engine, hook)`: `hook(sql)` runs before each statement the engine sends,
   `BEGIN` and `COMMIT` included; what it raises is what the statement raised (a crashed
   worker, a lost connection, a lock timeout).
@@ -22,7 +24,28 @@ from typing import Any, cast
 from sqlalchemy import Engine, event
 from sqlalchemy import exc as sa_exc
 
+from agent_jobs.store.backend.simulated_postgres import (
+    SimulatedPostgres,
+    create_template,
+    drop_database,
+)
+from agent_jobs.store.backend.simulated_postgres import (
+    in_transaction as postgres_in_transaction,
+)
 from agent_jobs.store.backend.sqlite import VIRTUAL_CLOCK, SqliteBackend
+
+__all__ = [
+    "DATABASE_ERRORS",
+    "OpenTransactions",
+    "SimulatedPostgres",
+    "create_template",
+    "database_error",
+    "drop_database",
+    "on_statement",
+    "postgres_in_transaction",
+    "simulated_sqlite",
+    "use_clock",
+]
 
 _STAMP = "%Y-%m-%d %H:%M:%S.%f"
 
@@ -54,12 +77,14 @@ def use_clock(engine: Engine, now: Callable[[], datetime]) -> None:
 
 
 def on_statement(engine: Engine, hook: Callable[[str], None]) -> Callable[[], None]:
-    """Run `hook(sql)` before every statement; returns a function that removes it."""
+    """Run `hook(sql)` before every statement; returns a function that removes it. It runs
+    first, so it sees the statement as the runtime wrote it (not with the Postgres clock's
+    `set_config` in front)."""
 
     def _before(conn: Any, cursor: Any, statement: str, *_args: Any) -> None:
         hook(statement)
 
-    event.listen(engine, "before_cursor_execute", _before)
+    event.listen(engine, "before_cursor_execute", _before, insert=True)
     return lambda: event.remove(engine, "before_cursor_execute", _before)
 
 
@@ -109,12 +134,21 @@ def database_error(kind: str, sql: str) -> sa_exc.DBAPIError:
     return wrapper(sql, None, orig)
 
 
-class OpenTransactions:
-    """How many transactions are open on a SQLite engine now, asked of SQLite itself. The
-    simulator interleaves other work inside a step only where this is 0, as a real concurrent
-    process could (one SQLite writer would otherwise wait on the step's own lock)."""
+def _sqlite_in_transaction(dbapi_conn: Any) -> bool:
+    return bool(dbapi_conn.in_transaction)
 
-    def __init__(self, engine: Engine) -> None:
+
+class OpenTransactions:
+    """How many transactions are open on an engine now, asked of the driver's connections
+    (`in_transaction`: sqlite3's by default; `postgres_in_transaction` for psycopg2's). The
+    simulator interleaves other work inside a step only where this is 0, as a real concurrent
+    process could (one SQLite writer would otherwise wait on the step's own lock; on Postgres a
+    row the suspended transaction locked would be waited for by the one thread holding it)."""
+
+    def __init__(
+        self, engine: Engine, in_transaction: Callable[[Any], bool] = _sqlite_in_transaction
+    ) -> None:
+        self._in_transaction = in_transaction
         self._conns: list[Any] = []
         event.listen(engine, "connect", lambda dbapi_conn, _record: self._conns.append(dbapi_conn))
 
@@ -124,7 +158,7 @@ class OpenTransactions:
         live = []
         for conn in self._conns:
             try:
-                n += bool(conn.in_transaction)
+                n += self._in_transaction(conn)
             except Exception:  # closed: forget it
                 continue
             live.append(conn)
