@@ -30,6 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import requests
+
 from agent_jobs.agents.declare import (
     DEFAULT_TIMEOUT_S,
     EXECUTE,
@@ -94,8 +96,11 @@ def openapi_tools(
     operations: Mapping[str, Operation],
     base_url: str | None = None,
     config: SystemsConfig | None = None,
+    session: requests.Session | None = None,
 ) -> OpenApiTools:
-    """Descriptors for the named operations of `document` (see the module docstring)."""
+    """Descriptors for the named operations of `document` (see the module docstring).
+    `session` carries the requests (default: each adapter's own); a simulator or a test mounts
+    its own transport on one to answer in-process."""
     found = _operations(document)
     missing = sorted(set(operations) - set(found))
     if missing:
@@ -132,7 +137,9 @@ def openapi_tools(
                 permission=f"openapi:{name}",
                 step_scopes=frozenset(scopes[decl.kind]),
                 timeout_s=decl.timeout_s,
-                adapter=HttpAdapter(method, path, base_url_setting, config=systems),
+                adapter=HttpAdapter(
+                    method, path, base_url_setting, config=systems, session=session
+                ),
                 idempotency_key_template=decl.key,
                 reconcile_tool=f"{prefix}.{decl.lookup}" if decl.kind == "effect" else None,
             )

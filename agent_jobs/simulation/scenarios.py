@@ -138,9 +138,14 @@ SCENARIOS: dict[str, type[Scenario]] = {"example": ExampleScenario, "agent": Age
 
 def _more() -> dict[str, type[Scenario]]:
     from agent_jobs.simulation.refund import RefundScenario  # noqa: PLC0415
+    from agent_jobs.simulation.tool_sources import ToolSourcesScenario  # noqa: PLC0415
     from agent_jobs.simulation.two_effects import TwoEffectsScenario  # noqa: PLC0415
 
-    return {"two_effects": TwoEffectsScenario, "refund": RefundScenario}
+    return {
+        "two_effects": TwoEffectsScenario,
+        "refund": RefundScenario,
+        "tools": ToolSourcesScenario,
+    }
 
 
 SCENARIOS.update(_more())

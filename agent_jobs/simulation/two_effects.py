@@ -13,6 +13,7 @@ scenario's own device table and what the device system actually applied, never t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
@@ -67,22 +68,33 @@ class Fleet:
         return {"device_id": device_id, "status": found[0], "replacement_minor": found[1],
                 "currency": "EUR"}  # fmt: skip
 
-    def disable(self, device_id: str, key: str) -> dict[str, Any]:
+    def disable_applied(self, device_id: str, key: str) -> dict[str, Any]:
+        """Device management's disable, as the system answers it (its failures raised)."""
+
         def apply() -> dict[str, Any]:
             if self.known.get(device_id, ("", 0))[0] != "active":
                 raise SystemRefused("rejected")
             return {"device_id": device_id, "state": "disabled"}
 
-        return _sent(self.devices, key, {"device_id": device_id}, apply)
+        return self.devices.send(key, {"device_id": device_id}, apply)
 
-    def order(self, device_id: str, price_minor: int, currency: str, key: str) -> dict[str, Any]:
+    def order_applied(
+        self, device_id: str, price_minor: int, currency: str, key: str
+    ) -> dict[str, Any]:
+        """Procurement's order, as the system answers it (its failures raised)."""
         args = {"device_id": device_id, "price_minor": price_minor, "currency": currency}
 
         def apply() -> dict[str, Any]:
             number = len(self.orders.applied) + 501
             return {"order_id": f"po_{number}", **args}
 
-        return _sent(self.orders, key, args, apply)
+        return self.orders.send(key, args, apply)
+
+    def disable(self, device_id: str, key: str) -> dict[str, Any]:
+        return _sent(self.devices, lambda: self.disable_applied(device_id, key))
+
+    def order(self, device_id: str, price_minor: int, currency: str, key: str) -> dict[str, Any]:
+        return _sent(self.orders, lambda: self.order_applied(device_id, price_minor, currency, key))
 
     def found(self, system: SystemOfRecord, key: str) -> dict[str, Any] | None:
         try:
@@ -91,9 +103,10 @@ class Fleet:
             raise ConnectionError(f"{system.name} is down") from exc
 
 
-def _sent(system: SystemOfRecord, key: str, args: dict[str, Any], apply: Any) -> dict[str, Any]:
+def _sent(system: SystemOfRecord, send: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A send's failures as a Python tool's (`ToolThrottled`, `ToolRejected`, a timeout)."""
     try:
-        return system.send(key, args, apply)
+        return send()
     except SystemRefused as exc:
         if exc.code == "throttled":
             raise ToolThrottled("busy", retry_after_s=exc.retry_after_s) from exc
@@ -140,7 +153,9 @@ def scripted_model(request: ModelRequest) -> dict[str, Any]:
                   currency="EUR")  # fmt: skip
 
 
-def laptop_agent(fleet: Fleet) -> Agent:
+def laptop_agent(fleet: Fleet, sources: Callable[[Agent], None] | None = None) -> Agent:
+    """The agent, its tools Python functions over `fleet`, or those `sources` declares on it
+    (`tool_sources`: OpenAPI and MCP) under the same names."""
     agent = Agent(
         "lost_laptop",
         input=LostLaptop,
@@ -151,6 +166,29 @@ def laptop_agent(fleet: Fleet) -> Agent:
         max_effects=2,
     )  # fmt: skip
 
+    if sources is not None:
+        sources(agent)
+    else:
+        _python_tools(agent, fleet)
+
+    @agent.rule
+    def active_then_disabled_then_its_price(call: Call, facts: Facts) -> Decision | None:
+        device = facts.read("devices.get", device_id=call.args["device_id"])
+        if device is None or device["status"] != "active":
+            return deny("device_not_active")
+        if call.tool == ORDER and facts.effect(DISABLE, device_id=call.args["device_id"]) is None:
+            return deny("device_not_disabled")
+        if call.tool == ORDER and call.args["price_minor"] != device["replacement_minor"]:
+            return deny("not_the_replacement_price")
+        return None
+
+    for kind, effect in (("disabled", DISABLE), ("ordered", ORDER)):
+        agent.claim(_claim(kind, effect, done=True))
+        agent.claim(_claim(f"not_{kind}", effect, done=False))
+    return agent
+
+
+def _python_tools(agent: Agent, fleet: Fleet) -> None:
     @agent.tool("devices.get")
     def get_device(device_id: str) -> dict[str, Any]:
         """Read one device."""
@@ -170,22 +208,6 @@ def laptop_agent(fleet: Fleet) -> Agent:
         """Order the replacement of a device."""
         return fleet.order(device_id, price_minor, currency, idempotency_key)
 
-    @agent.rule
-    def active_then_disabled_then_its_price(call: Call, facts: Facts) -> Decision | None:
-        device = facts.read("devices.get", device_id=call.args["device_id"])
-        if device is None or device["status"] != "active":
-            return deny("device_not_active")
-        if call.tool == ORDER and facts.effect(DISABLE, device_id=call.args["device_id"]) is None:
-            return deny("device_not_disabled")
-        if call.tool == ORDER and call.args["price_minor"] != device["replacement_minor"]:
-            return deny("not_the_replacement_price")
-        return None
-
-    for kind, effect in (("disabled", DISABLE), ("ordered", ORDER)):
-        agent.claim(_claim(kind, effect, done=True))
-        agent.claim(_claim(f"not_{kind}", effect, done=False))
-    return agent
-
 
 def _claim(kind: str, effect: str, *, done: bool) -> type[Claim]:
     class Said(Claim):
@@ -204,6 +226,7 @@ class TwoEffectsScenario:
     """The lost-laptop agent: two effects per task, on two faulty systems of record."""
 
     effect_tool = ORDER  # the one an operator's tool lever disables: the second
+    sources = False  # True: its tools from OpenAPI and MCP (`tool_sources`)
 
     def __init__(self) -> None:
         self.fleet: Fleet | None = None
@@ -217,8 +240,13 @@ class TwoEffectsScenario:
 
         self.systems = [SystemOfRecord(name, world.choices, world.clock, world.calls, world)
                         for name in (DISABLE, ORDER)]  # fmt: skip
-        self.fleet = Fleet(*self.systems)
-        agent = laptop_agent(self.fleet)
+        self.fleet = fleet = Fleet(*self.systems)
+        sources = None
+        if self.sources:
+            from agent_jobs.simulation.tool_sources import declare_sources  # noqa: PLC0415
+
+            sources = lambda agent: declare_sources(agent, fleet, world)  # noqa: E731
+        agent = laptop_agent(fleet, sources)
         model = ScriptedModel(rules=agent.scripted_model)
         agent.use(gateway=model.gateway(), credentials=HmacCredentialProvider("sim-secret-" * 4))
         registry.register(agent)

@@ -90,7 +90,7 @@ from agent_jobs.tools.mcp_content import (
     result_value,
     scrub,
 )
-from agent_jobs.tools.mcp_transport import bounded_stdio_client, capped_http_client
+from agent_jobs.tools.mcp_transport import McpTransport, bounded_stdio_client, capped_http_client
 
 __all__ = [
     "CLEANUP_GRACE_S",
@@ -236,8 +236,11 @@ class McpToolSource:
         *,
         secrets: Mapping[str, str] | None = None,
         list_timeout_s: float = 10.0,
+        transport: McpTransport | None = None,
     ) -> None:
         self.config = config
+        # None: the configured server (stdio or HTTP); else an in-process one (a simulator's).
+        self._transport = transport
         self._secrets = secrets if secrets is not None else {}
         self._list_timeout_s = list_timeout_s
         self._lock = threading.Lock()
@@ -372,7 +375,9 @@ class McpToolSource:
     async def _session(self, secrets: Secrets, phase: _Phase) -> AsyncIterator[ClientSession]:
         server = self.config.server
         async with contextlib.AsyncExitStack() as stack:
-            if isinstance(server, StdioServer):
+            if self._transport is not None:
+                streams = await stack.enter_async_context(self._transport.streams(phase.refuse))
+            elif isinstance(server, StdioServer):
                 params = StdioServerParameters(
                     command=server.command,
                     args=list(server.args),
@@ -415,6 +420,11 @@ class McpToolSource:
         box: dict[str, Any] = {}
         done = threading.Event()
         resolved = secrets
+        if self._transport is not None:
+            try:
+                return self._transport.run(lambda: fn(resolved, phase), timeout_s)
+            except Exception as e:
+                raise _too_large(phase) or _signal(e, phase, timeout_s, resolved.values()) from None
 
         async def bounded() -> T:
             with anyio.fail_after(timeout_s):

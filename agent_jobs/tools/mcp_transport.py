@@ -18,6 +18,10 @@ stdio server's line whole, however long. Both are read here through a cap instea
 
 `tools.mcp` records what `over` was told on the call's phase, so the failure is reported as
 `response_too_large` rather than as the closed connection or parse error it causes.
+
+`McpTransport` is where a source connects instead of its configured server: an in-process
+server (a deterministic simulator's, a test's) on the streams `ClientSession` takes, run on the
+caller's thread as the transport chooses rather than on a thread of the source's own.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from collections.abc import AsyncIterator, Callable
-from typing import IO, Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import IO, Any, Protocol, TypeVar
 
 import anyio
 import httpx2
@@ -37,9 +42,10 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.message import SessionMessage
 
-__all__ = ["AnswerRefused", "bounded_stdio_client", "capped_http_client"]
+__all__ = ["AnswerRefused", "McpTransport", "bounded_stdio_client", "capped_http_client"]
 
 Over = Callable[[str], None]
+T = TypeVar("T")
 # A server that has not exited this long after its stdin closed is stopped (as the SDK does).
 STOP_GRACE_S = 2.0
 _READ_CHUNK = 64 * 1024
@@ -47,6 +53,19 @@ _READ_CHUNK = 64 * 1024
 
 class AnswerRefused(httpx2.StreamError):
     """A body we stopped reading: over the limit, or compressed."""
+
+
+class McpTransport(Protocol):
+    """A connection to a server other than the configured one (see the module docstring)."""
+
+    def streams(self, over: Over) -> AbstractAsyncContextManager[tuple[Any, Any]]:
+        """The read and write streams of one connection (`ClientSession` takes them)."""
+        ...
+
+    def run(self, call: Callable[[], Awaitable[T]], timeout_s: float) -> T:
+        """Run one connection's work (`call`) to its end; a failure is raised as it is, and
+        the source classifies it as it does a network transport's."""
+        ...
 
 
 class _CappedBody(httpx2.AsyncByteStream):
