@@ -16,6 +16,7 @@ from typing import Any
 import redis
 
 from agent_jobs.core.errors import InvalidInput
+from agent_jobs.ops.lever_wake import wake_held
 from agent_jobs.ops.live import notify, to_set
 from agent_jobs.ops.switches import ALL, Kind, check_key, check_value
 from agent_jobs.store import Dispatch, Store
@@ -72,7 +73,8 @@ class OpsService:
     def clear(
         self, kind: str, *, tenant_id: str = ALL, target: str = ALL, actor: str, reason: str
     ) -> bool:
-        """Turn a switch off; a pause turned off releases its held tasks, oldest first."""
+        """Turn a switch off; a pause turned off releases its held tasks, oldest first, and a
+        write lever wakes the tasks it parked (`lever_wake`)."""
         key = check_key(kind, tenant_id, target)
         _check_words(actor, reason)
         gone = self.store.clear_switch(
@@ -82,6 +84,8 @@ class OpsService:
             self._announce()
             if key.kind is Kind.PAUSED:
                 self.release_paused()
+            else:
+                wake_held(self.store, key, self.publish)  # the tasks a write lever held
         return gone
 
     def release_paused(self) -> int:

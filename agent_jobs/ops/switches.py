@@ -50,6 +50,20 @@ class Kind(StrEnum):
 
 _TARGETED = {Kind.TOOL_DISABLED: True, Kind.PAUSED: False}
 
+# The levers that hold a write, by the code a task they hold is parked with (its park's detail
+# begins with it: `effects_stopped: effects stopped by operator`). An autonomy threshold holds
+# nothing itself: a task whose decision it changed before the send is parked `levers_changed`,
+# to be decided again. Turning one off wakes the tasks it parked (`wakes_on_clear`).
+LEVERS_CHANGED_CODE = "levers_changed"
+WRITE_LEVERS: dict[Kind, str] = {
+    Kind.TOOL_DISABLED: "tool_disabled",
+    Kind.READ_ONLY: "read_only",
+    Kind.EFFECTS_STOPPED: EFFECTS_STOPPED_CODE,
+    Kind.CREDENTIAL_EPOCH: "credential_revoked",
+    Kind.AUTONOMY_THRESHOLD: LEVERS_CHANGED_CODE,
+}
+_HOLD_CODES = frozenset(WRITE_LEVERS.values())
+
 
 @dataclass(frozen=True, order=True)
 class SwitchKey:
@@ -203,6 +217,35 @@ class SwitchSet:
 
 
 NO_SWITCHES = SwitchSet()
+
+
+def held_code(detail: str) -> str | None:
+    """The lever a held park names: the code its detail begins with (`code` or `code: ...`,
+    as every path that parks for a lever writes it), or None when it names none we know."""
+    code = detail.split(":", 1)[0].strip()
+    return code if code in _HOLD_CODES else None
+
+
+def wakes_on_clear(
+    cleared: SwitchKey, detail: str, tool: str | None, tenant_id: str, now: SwitchSet
+) -> bool:
+    """Whether turning `cleared` off should wake a task of `tenant_id` parked by a lever (its
+    park's `detail`, its pending action's `tool`), `now` being the switches still in force.
+
+    Its own lever's park wakes, unless another lever in force still holds the write (waking it
+    would only park it again). A `levers_changed` park waits for a lever to change: any turned
+    off wakes it. A park that names no lever we know wakes too: on waking it asks the levers and
+    the policy again (invariant 11), so a wrong guess costs one ask, never a send."""
+    if cleared.kind not in WRITE_LEVERS or cleared.tenant_id not in (ALL, tenant_id):
+        return False
+    code = held_code(detail)
+    if code is None or code == LEVERS_CHANGED_CODE:
+        return True
+    if code != WRITE_LEVERS[cleared.kind]:
+        return False
+    if cleared.kind is Kind.TOOL_DISABLED and cleared.target != tool:
+        return False
+    return tool is None or now.write_held(tool, tenant_id) is None
 
 
 class Switches(Protocol):

@@ -11,13 +11,17 @@ busy for an hour costs about one try a minute, not one every sweep.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, and_, func, or_, select, update
 
 from agent_jobs.config import settings
 from agent_jobs.core.holds import HoldReason, deferred_wait_s
+from agent_jobs.core.park import Park, ParkReason, shown_park
+from agent_jobs.core.states import Status
 from agent_jobs.store.backend import Backend
+from agent_jobs.store.base import StoreBase
 from agent_jobs.store.rows import Dispatch, Lease
 from agent_jobs.store.schema import tasks
 from agent_jobs.store.types import db_now
@@ -105,3 +109,78 @@ def held_ages(conn: Connection, reason: str | None = None) -> dict[str, tuple[in
         .group_by(tasks.c.tenant_id)
     )
     return {t: (int(n), (now - oldest).total_seconds()) for t, n, oldest, now in conn.execute(q)}
+
+
+# -- tasks a lever parked (RETRY_WAIT, HELD_BY_OPERATOR), woken when it is turned off -----------
+
+# Whether a lever's park should wake: (tenant, its park, its pending action's tool).
+LeverWake = Callable[[str, Park, str | None], bool]
+_WAITING = (
+    (tasks.c.status == Status.RETRY_WAIT.value)
+    & tasks.c.lease_owner.is_(None)
+    & (tasks.c.next_attempt_at > db_now())
+)
+
+
+def wake_lever_held(
+    store: StoreBase,
+    tenant_id: str | None,
+    wakes: LeverWake,
+    *,
+    batch: int = 500,
+    max_batches: int = 20,
+) -> list[Dispatch]:
+    """Make due now the tasks a lever parked that `wakes` picks (of `tenant_id`, or of every
+    tenant), recording their dispatch; the caller publishes them through the gate, each to its
+    tenant's queue. A lever's park is known by its explicit reason (HELD_BY_OPERATOR), and what
+    it waits for from its detail, read here: JSON paths are each dialect's own.
+
+    The scan takes RETRY_WAIT rows whose timer is still ahead, `batch` at a time in timer order
+    (keyset: a row not woken is not read twice), at most `max_batches`; a task past that bound
+    wakes at its own poll, within AGENT_JOBS_HELD_POLL_MAX_S. Each batch is one transaction:
+    SKIP LOCKED, and the UPDATE repeats the predicate, so a task a worker claimed or a sweeper
+    made due meanwhile is left alone (one step message is enough)."""
+    cond = _WAITING if tenant_id is None else _WAITING & (tasks.c.tenant_id == tenant_id)
+    woken: list[Dispatch] = []
+    after: tuple[Any, str] | None = None
+    for _ in range(max_batches):
+        page = cond
+        if after is not None:
+            at, last = after
+            page = page & or_(
+                tasks.c.next_attempt_at > at,
+                and_(tasks.c.next_attempt_at == at, tasks.c.id > last),
+            )
+        q = store.backend.skip_locked(
+            select(tasks.c.id, tasks.c.tenant_id, tasks.c.state, tasks.c.next_attempt_at)
+            .where(page)
+            .order_by(tasks.c.next_attempt_at, tasks.c.id)
+            .limit(batch)
+        )
+        with store.tx() as conn:
+            rows = conn.execute(q).all()
+            picked = [r.id for r in rows if _lever_wakes(r.tenant_id, r.state, wakes)]
+            if picked:
+                stmt = (
+                    update(tasks)
+                    .where(tasks.c.id.in_(picked) & cond)
+                    .values(next_attempt_at=db_now(), dispatched_at=db_now())
+                    .returning(tasks.c.id, tasks.c.tenant_id)
+                )
+                order = {task_id: i for i, task_id in enumerate(picked)}
+                done = sorted(conn.execute(stmt).all(), key=lambda r: order[r[0]])
+                woken.extend(Dispatch(r[0], r[1]) for r in done)
+        if len(rows) < batch:
+            break
+        after = (rows[-1].next_attempt_at, rows[-1].id)
+    return woken
+
+
+def _lever_wakes(tenant_id: str, state: Any, wakes: LeverWake) -> bool:
+    runtime = (state or {}).get("runtime") or {}
+    park = shown_park(Status.RETRY_WAIT, runtime)
+    if park is None or park.reason is not ParkReason.HELD_BY_OPERATOR:
+        return False
+    pending = runtime.get("pending_action")
+    tool = pending.get("tool") if isinstance(pending, dict) else None
+    return wakes(tenant_id, park, tool if isinstance(tool, str) else None)
