@@ -3,6 +3,8 @@
     agent-jobs simulate --schedules 2000            # seeds 1..2000 (or --seed S: S..S+N-1)
     agent-jobs simulate --seed 1234 --schedules 1   # one schedule; --trace prints it whole
     agent-jobs simulate --mutant skip_reconcile     # a deliberate bug: how soon is it caught?
+    agent-jobs simulate --database postgres --database-url postgresql://u@host/postgres
+                                                    # on Postgres: its own aj_sim_* databases
 
 A failing schedule prints its seed, the invariant it broke and the command that replays it,
 then shrinks it (unless --no-shrink) to a short trace. Exit 1 on a failure, 0 otherwise.
@@ -12,11 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_jobs.core.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from agent_jobs.simulation.databases import Database
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -34,11 +40,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise InvalidInput(f"--scenario: one of {', '.join(SCENARIOS)}, all")
     if args.mutant is not None and args.mutant not in mutants.MUTANTS:
         raise InvalidInput(f"--mutant: one of {', '.join(mutants.MUTANTS)}")
+    database = _database(args)
     seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
     scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     print(
         f"simulate: seeds {seed}..{seed + args.schedules - 1}, scenario {args.scenario}, "
-        f"{args.actions} actions a schedule, {args.jobs} process(es)"
+        f"{args.actions} actions a schedule, {args.jobs} process(es), on {database.kind}"
         + (f", mutant {args.mutant}" if args.mutant else ""),
         file=sys.stderr,
     )
@@ -53,6 +60,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
+    # A SIGTERM ends the run as Ctrl-C does, through every `finally`: the databases the run
+    # made on a Postgres server are dropped (the pool's processes inherit the handler).
+    signal.signal(signal.SIGTERM, _terminated)
     summary = explore_parallel(
         seed,
         args.schedules,
@@ -62,9 +72,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         mutant=args.mutant,
         stop_at_first=not args.keep_going,
         progress=progress,
+        database=database,
     )
     result: dict[str, Any] = {
         "seed": seed,
+        "database": database.kind,
         "schedules": summary.schedules,
         "seconds": round(summary.seconds, 2),
         "schedules_per_second": round(summary.per_second, 1),
@@ -88,12 +100,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print("\n".join(_run_one(seed, scenarios[0], args).report.trace))
     if not summary.failures:
         return 0
-    first = summary.failures[0]
+    return _failed(summary.failures[0], args, database)
+
+
+def _failed(first: Any, args: argparse.Namespace, database: Database) -> int:
+    """The first failure: the command that replays it, and its shrunk trace."""
     mutant_flag = f" --mutant {args.mutant}" if args.mutant else ""
+    database_flag = ""
+    if database.url is not None:
+        from agent_jobs.store.engine import shown_url  # noqa: PLC0415
+
+        database_flag = f" --database postgres --database-url {shown_url(database.url)}"
     print(
         f"FAILED: seed {first.seed} ({first.scenario}) broke {first.invariant}\n"
         f"replay: agent-jobs simulate --seed {first.seed} --schedules 1 "
-        f"--scenario {first.scenario}{mutant_flag} --trace"
+        f"--scenario {first.scenario}{mutant_flag}{database_flag} --trace"
     )
     if not args.no_shrink:
         print("shrinking ...", file=sys.stderr)
@@ -104,15 +125,42 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 1
 
 
+def _database(args: argparse.Namespace) -> Database:
+    """Where the schedules run: SQLite, or a Postgres server (`--database-url`, else the
+    configured database's server when that is Postgres)."""
+    from agent_jobs.config import settings  # noqa: PLC0415
+    from agent_jobs.simulation.databases import KINDS, Database  # noqa: PLC0415
+
+    if args.database not in KINDS:
+        raise InvalidInput(f"--database: one of {', '.join(KINDS)}")
+    if args.database == "sqlite":
+        if args.database_url:
+            raise InvalidInput("--database-url: only with --database postgres")
+        return Database()
+    url = args.database_url or settings().database_url
+    if not url.startswith(("postgres://", "postgresql://", "postgresql+psycopg2://")):
+        raise InvalidInput(
+            "--database postgres needs --database-url postgresql://user@host/db (a server the "
+            "simulator may create and drop databases on; it uses only its own, aj_sim_*)"
+        )
+    return Database("postgres", url)
+
+
+def _terminated(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _run_one(seed: int, scenario: str, args: argparse.Namespace, shrink_from: Any = None) -> Any:
     """One schedule (or the shrinking of `shrink_from`), with the run's mutant in place."""
     from agent_jobs.simulation import mutants  # noqa: PLC0415
-    from agent_jobs.simulation.run import Databases, run_schedule, shrink  # noqa: PLC0415
+    from agent_jobs.simulation.databases import open_databases  # noqa: PLC0415
+    from agent_jobs.simulation.run import run_schedule, shrink  # noqa: PLC0415
 
+    database = _database(args)
     with mutants.active(args.mutant):
         if shrink_from is not None:
-            return shrink(shrink_from, scenario=scenario, actions=args.actions)
-        databases = Databases()
+            return shrink(shrink_from, scenario=scenario, actions=args.actions, database=database)
+        databases = open_databases(database)
         try:
             return run_schedule(databases, seed, scenario=scenario, actions=args.actions)
         finally:
@@ -134,6 +182,17 @@ def register(sub: Any) -> None:
     p.add_argument("--actions", type=int, default=60, help="actions a schedule (default 60)")
     p.add_argument("--jobs", type=int, default=1, help="processes in parallel (default 1)")
     p.add_argument("--mutant", help="run with this deliberate bug in the effect path")
+    p.add_argument(
+        "--database",
+        default="sqlite",
+        help="sqlite (default) or postgres: the Postgres-only paths (one-statement "
+        "compare-and-set, autocommit steps, prepared statements)",
+    )
+    p.add_argument(
+        "--database-url",
+        help="with --database postgres: a server the simulator creates its own databases on "
+        "(aj_sim_*, dropped at the end); default the configured database's",
+    )
     p.add_argument("--keep-going", action="store_true", help="do not stop at the first failure")
     p.add_argument("--no-shrink", action="store_true", help="do not shrink a failure")
     p.add_argument("--trace", action="store_true", help="with --schedules 1: print its trace")

@@ -65,6 +65,11 @@ class ScheduleDatabases(Protocol):
 
     def fresh(self) -> AbstractContextManager[Store]: ...
 
+    def machine_failure(self) -> str | None:
+        """What failed under the last schedule that was not drawn from its seed (a server
+        refusing connections), if anything: such a schedule proves nothing either way."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -110,6 +115,9 @@ class Databases:
             self.engine.dispose()
             hold.close()
 
+    def machine_failure(self) -> str | None:
+        return None  # a file on this machine: nothing between it and the schedule
+
     def close(self) -> None:
         self.engine.dispose()
         shutil.rmtree(self._dir, ignore_errors=True)
@@ -146,6 +154,10 @@ class PostgresDatabases:
             yield Store(self.engine)
         finally:
             self.engine.dispose()
+
+    def machine_failure(self) -> str | None:
+        failures = self._db.failures
+        return f"the Postgres server failed: {failures[0]}" if failures else None
 
     def close(self) -> None:
         try:

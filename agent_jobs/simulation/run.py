@@ -64,13 +64,23 @@ def run_schedule(
         databases.clock = world.clock
         try:
             report = world.run(actions)
-            return Outcome(seed, report, None, choices.drawn)
+            outcome = Outcome(seed, report, None, choices.drawn)
         except Violation as v:
             world.trace(f"VIOLATION {v}")
-            return Outcome(seed, world.report, v, choices.drawn)
+            outcome = Outcome(seed, world.report, v, choices.drawn)
         except Exception as exc:  # the simulator or the runtime broke in a way it should not
             world.trace(f"ERROR {type(exc).__name__}: {exc}")
-            return Outcome(seed, world.report, None, choices.drawn, error=exc)
+            outcome = Outcome(seed, world.report, None, choices.drawn, error=exc)
+        failure = databases.machine_failure()
+        if failure is not None:  # neither a pass nor the runtime's failure: say so
+            world.trace(f"ERROR {failure}")
+            return Outcome(seed, world.report, None, choices.drawn, error=MachineFailure(failure))
+        return outcome
+
+
+class MachineFailure(RuntimeError):
+    """The machine, not the schedule, failed a run (the database server refused a connection):
+    its outcome is not the seed's."""
 
 
 @dataclass(frozen=True)
