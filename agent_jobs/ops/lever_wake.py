@@ -33,7 +33,13 @@ def wake_held(store: Store, cleared: SwitchKey, publish: Callable[[Dispatch], No
     def wakes(tenant_id: str, park: Park, tool: str | None) -> bool:
         return wakes_on_clear(cleared, park.detail, tool, tenant_id, now)
 
-    woken = wake_lever_held(store, cleared.tenant_id or None, wakes)
+    try:
+        woken = wake_lever_held(store, cleared.tenant_id or None, wakes)
+    except Exception:
+        # The lever is off (committed) whatever happens here: its tasks still wake at their
+        # own poll, so a failed wake must not make the change look failed to the operator.
+        log.exception("%s turned off; waking the tasks it held failed", cleared.label())
+        return 0
     for dispatch in woken:
         publish(dispatch)
     if woken:
