@@ -28,7 +28,7 @@ import orjson
 from sqlalchemy import Connection, Engine, insert, select
 
 from agent_jobs.core.park import PARK_KEY, THROTTLES_KEY, Park, ParkReason, park_of
-from agent_jobs.core.patch import Patch
+from agent_jobs.core.patch import ApprovalRequest, GroupMember, Patch
 from agent_jobs.core.states import TERMINAL, Status
 from agent_jobs.core.text import cut
 from agent_jobs.store.ids import new_id
@@ -66,6 +66,7 @@ CONSOLE_APPROVALS = "/console/#approvals"
 # An action's arguments are never sent; these two say what an approver decides on (`amount_minor`
 # in the currency's minor unit), and only as a number and a short code.
 _AMOUNT_KEYS = ("amount_minor", "currency")
+_MAX_ARGS_SCANNED = 32  # a hostile action may carry thousands of arguments
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ def events_of(task: TaskRow, patch: Patch) -> list[Event]:
                     "policy_version": req.policy_version,
                     "policy_reason": cut(req.reason, 300),
                     "expires_in_s": req.ttl_s,
+                    **_group(req),
                     "links": {
                         **links(task.id),
                         "approval": f"/v1/approvals/{req.approval_id}",
@@ -136,6 +138,27 @@ def events_of(task: TaskRow, patch: Patch) -> list[Event]:
     if held is not None and _park_count(patch) == 1:
         out.append(Event(TASK_PARKED, {**base, "reason": held.detail}))
     return out
+
+
+def _group(req: ApprovalRequest) -> dict[str, Any]:
+    """A plan's approval (`Agent(approve_plan=True)`) names every effect decided with it, in the
+    plan's order, under the same redaction rule as the head: tool, hash, amount, reason."""
+    if not req.members:
+        return {}
+    head = GroupMember(req.approval_id, req.action, req.reason)
+    return {
+        "group": [
+            {
+                "approval_id": m.approval_id,
+                "tool": m.action.tool,
+                "tool_version": m.action.tool_version,
+                "action_hash": m.action.action_hash,
+                **_amount(m.action.args),
+                "policy_reason": cut(m.reason, 300),
+            }
+            for m in (head, *req.members)
+        ]
+    }
 
 
 def lever_park(patch: Patch) -> Park | None:
@@ -187,9 +210,21 @@ def _iso(value: Any) -> str | None:
 
 
 def _amount(args: Any) -> dict[str, Any]:
+    """The amounts of an action, the one exception to the redaction rule: `amount_minor` and
+    `currency`, and any other argument in minor units (`*_minor`, an integer, e.g. a price)."""
     if not isinstance(args, dict):
         return {}
-    return {k: args[k] for k in _AMOUNT_KEYS if _short_scalar(args.get(k))}
+    out = {k: args[k] for k in _AMOUNT_KEYS if _short_scalar(args.get(k))}
+    for k, v in list(args.items())[:_MAX_ARGS_SCANNED]:
+        if (
+            isinstance(k, str)
+            and k.endswith("_minor")
+            and len(k) <= 64
+            and type(v) is int
+            and abs(v) < 10**18
+        ):
+            out.setdefault(k, v)
+    return out
 
 
 def expiring_event(approval: Any) -> Event:

@@ -9,12 +9,14 @@ the two fake business systems received, not only the task's status.
 
 from __future__ import annotations
 
+import json
+import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from agent_jobs.core.contracts import Action
 from agent_jobs.core.errors import SelfApproval
@@ -22,7 +24,8 @@ from agent_jobs.core.states import Status
 from agent_jobs.ops.live import install
 from agent_jobs.ops.switches import Kind, StaticSwitches, Switch, SwitchKey, SwitchSet
 from agent_jobs.orchestrator import workflow as wf
-from agent_jobs.store.schema import approvals
+from agent_jobs.store.schema import approvals, webhook_deliveries
+from agent_jobs.store.webhooks import WebhookStore
 from agent_jobs.testing import AgentHarness, FakeSystem, ScriptedModel
 from tests.integration.test_agent_effect_plan import planner
 from tests.integration.test_agent_two_effects import DISABLE, ORDER, helpdesk, names
@@ -180,3 +183,28 @@ def test_a_worker_dying_between_the_two_sends_resends_neither_twice(store: Any) 
     assert (devices.applied, list(devices.effects)) == (1, [DISABLE])
     assert (shop.applied, list(shop.effects)) == (1, [ORDER])
     assert [a.status for a in store.approval_group(group[0].approval_id)] == ["used"] * 2
+
+
+def test_the_approval_requested_webhook_names_every_effect_of_the_plan(store: Any) -> None:
+    """A receiver posting the approval to a chat sees the whole plan: each effect's approval id,
+    tool, hash, amount and reason, in the plan's order, and never an argument that is not the
+    amount (the redaction rule)."""
+    tenant = f"plan-{uuid.uuid4().hex[:8]}"  # its own: the outbox remembers a tenant's endpoints
+    WebhookStore(store.engine).create_endpoint(
+        tenant, "https://hooks.example.com/x", ["approval.requested"], "", "whsec_AA"
+    )
+    h, _, _ = harness(store)
+    task = h.submit_input({}, tenant=tenant)
+    assert h.settle(task.id).status is S.APPROVAL_WAIT
+    group = store.approval_group(h.approval_id(task.id), tenant)
+    d = webhook_deliveries
+    q = select(d.c.body).where((d.c.task_id == task.id) & (d.c.event_type == "approval.requested"))
+    with store.engine.connect() as conn:
+        [body] = [json.loads(b) for (b,) in conn.execute(q)]
+    listed = body["data"]["group"]
+    assert [(e["approval_id"], e["tool"], e["action_hash"]) for e in listed] == [
+        (a.approval_id, a.tool, a.action_hash) for a in group
+    ]
+    assert listed[1]["price_minor"] == 1500_00 and listed[1]["currency"] == "EUR"
+    assert "EUR" in listed[1]["policy_reason"]
+    assert "LT-7" not in json.dumps(body)  # the device id is an argument, not an amount
