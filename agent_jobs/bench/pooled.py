@@ -1,14 +1,15 @@
 """`agent-jobs bench pgbouncer`: many worker processes sharing few Postgres server connections
 through PgBouncer, beside the same workers straight to Postgres, in one run.
 
-Two deployments run side by side, each with `workers` real worker processes (`celery worker
---pool solo`, as `bench transitions` starts them), its own queue prefix and its own database
-(so neither's workers learn the other's tenants): **direct** on the configured database, and
-**pgbouncer** on a sibling database (`<name>_pooled`) reached only through a PgBouncer of the
-bench's own (`bench/bouncer.py`) in transaction mode with `pool_size` server connections. Both
-run with `AGENT_JOBS_PG_PREPARE=0` (what a transaction-mode pooler needs), so the pooler is the
-only difference. Rounds alternate ABBA; each submits one no-op task of `steps` steps per worker
-process (a tenant each) and waits for all of them.
+Two deployments, each with `workers` real worker processes (`celery worker --pool solo`, as
+`bench transitions` starts them), its own queue prefix and its own database: **direct** on the
+configured database, and **pgbouncer** on a sibling database (`<name>_pooled`) reached only
+through a PgBouncer of the bench's own (`bench/bouncer.py`) in transaction mode with
+`pool_size` server connections. Both run with `AGENT_JOBS_PG_PREPARE=0` (what a
+transaction-mode pooler needs), so the pooler is the only difference. They run one at a time,
+in blocks A B A (the pooled side's rounds between the two halves of the direct side's); each
+round submits one no-op task of `steps` steps per worker process (a tenant each) and waits for
+all of them.
 
 Reported per side (medians over rounds): steps/s (transitions committed from the round's first
 task start to its last commit, by the database's clock), p50 and p99 of the commit-to-commit gap of a
@@ -32,7 +33,6 @@ from typing import Any
 from agent_jobs.bench.bouncer import PrivateBouncer, pg
 from agent_jobs.bench.common import (
     Phase,
-    abba,
     bench_env,
     median,
     percentile,
@@ -65,31 +65,34 @@ def run(
     for url in (direct_url, pooled_url):
         prepare(url).dispose()  # created and marked by this bench, or refused
     samples: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
-    with ExitStack() as stack:
-        bouncer = stack.enter_context(PrivateBouncer(direct_url, pool_size=pool_size))
+    # Blocks A B A: the pooled side's rounds between the two halves of the direct side's, so
+    # drift favours neither; one deployment at a time, since forty workers straight to Postgres
+    # hold about two connections each, and beside the pooler's they pass a max_connections of
+    # 100 (every other client of the server then refused).
+    blocks = [("direct", rounds // 2), ("pgbouncer", rounds), ("direct", rounds - rounds // 2)]
+    with PrivateBouncer(direct_url, pool_size=pool_size) as bouncer:
         progress_line(show, f"pgbouncer on port {bouncer.port}, {pool_size} server connections")
-        phases = {
-            "direct": _phase("direct", direct_url, workers, show),
-            "pgbouncer": _phase("pgbouncer", bouncer.url_for(pooled_url), workers, show),
-        }
-        for ph in phases.values():
-            stack.enter_context(ph)
-            stack.callback(_stop_at_once, ph)  # before the phase's own one-by-one stop
-            _start_workers(ph, workers, show)
-        for ph in phases.values():  # the workers' first tasks: connections opened, code warm
-            ph.finish([ph.submit(f"pool{i}", {"steps": 1}) for i in range(workers)])
+        urls = {"direct": direct_url, "pgbouncer": bouncer.url_for(pooled_url)}
         watcher = _Watcher(bouncer, {"direct": direct_url, "pgbouncer": pooled_url})
-        for r in range(rounds):
-            for side in abba(r, list(SIDES)):
-                figures = _round(phases[side], side, watcher, workers, steps)
-                samples[side].append(figures)
-                progress_line(
-                    show,
-                    f"round {r + 1}/{rounds} {side:<9}: {figures['steps_per_s']:7.1f} steps/s, "
-                    f"p50 {figures['p50_ms']:.1f} ms, p99 {figures['p99_ms']:.1f} ms, "
-                    f"{figures['servers']:.0f} server connections, "
-                    f"cl_waiting max {figures['cl_waiting']:.0f}",
-                )
+        for side, count in blocks:
+            if count == 0:
+                continue
+            with ExitStack() as stack:
+                ph = stack.enter_context(_phase(side, urls[side], workers, show))
+                stack.callback(_stop_at_once, ph)  # before the phase's own one-by-one stop
+                _start_workers(ph, workers, show)
+                # The workers' first tasks: connections opened, code warm.
+                ph.finish([ph.submit(f"pool{i}", {"steps": 1}) for i in range(workers)])
+                for _ in range(count):
+                    figures = _round(ph, side, watcher, workers, steps)
+                    samples[side].append(figures)
+                    progress_line(
+                        show,
+                        f"{side:<9} round {len(samples[side])}/{rounds}: "
+                        f"{figures['steps_per_s']:7.1f} steps/s, p50 {figures['p50_ms']:.1f} ms, "
+                        f"p99 {figures['p99_ms']:.1f} ms, {figures['servers']:.0f} Postgres "
+                        f"connections, cl_waiting max {figures['cl_waiting']:.0f}",
+                    )
     return _result(samples, workers, pool_size, steps, rounds, time.monotonic() - started)
 
 
@@ -138,6 +141,14 @@ class _Watcher:
         self.admin_url = urls["direct"].partition("?")[0].rsplit("/", 1)[0] + "/postgres"
 
     def during(self, side: str, stop: threading.Event, out: dict[str, float]) -> None:
+        while not stop.is_set():
+            try:
+                self._sample(side, stop, out)
+            except pg.Error:
+                out["sample_errors"] += 1  # e.g. the server full: sampled again next tick
+                stop.wait(SAMPLE_EVERY_S)
+
+    def _sample(self, side: str, stop: threading.Event, out: dict[str, float]) -> None:
         conn = pg.connect(self.admin_url.replace("+psycopg2", ""), connect_timeout=2)
         conn.autocommit = True
         try:
@@ -158,7 +169,10 @@ class _Watcher:
 
 
 def _round(ph: Phase, side: str, watcher: _Watcher, workers: int, steps: int) -> dict[str, float]:
-    seen = {"servers": 0.0, "cl_waiting": 0.0, "maxwait_ms": 0.0, "bouncer_servers": 0.0}
+    seen = {
+        "servers": 0.0, "cl_waiting": 0.0, "maxwait_ms": 0.0, "bouncer_servers": 0.0,
+        "sample_errors": 0.0,
+    }  # fmt: skip
     stop = threading.Event()
     sampler = threading.Thread(target=watcher.during, args=(side, stop, seen), daemon=True)
     sampler.start()
@@ -240,9 +254,10 @@ def render(r: dict[str, Any]) -> str:
         [
             f"bench pgbouncer: {r['workers']} worker processes (--pool solo), one no-op task of "
             f"{r['steps']} steps each per round, median of "
-            f"{r['rounds']} rounds per side, ABBA; AGENT_JOBS_PG_PREPARE=0 on both sides",
+            f"{r['rounds']} rounds per side, in blocks direct / pgbouncer / direct (one side "
+            "at a time); AGENT_JOBS_PG_PREPARE=0 on both sides",
             f"  the rounds took {r['measured_s']:.0f} s, the whole run {r['wall_s']:.0f} s (most "
-            "of the rest: starting the worker processes, a batch at a time)",
+            "of the rest: starting each block's worker processes, a batch at a time)",
             "                             straight to Postgres   through PgBouncer "
             f"({r['pool_size']} server connections)",
             f"  steps/s                      {d['steps_per_s']:10.1f}   {p['steps_per_s']:10.1f}"

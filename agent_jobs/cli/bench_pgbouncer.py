@@ -28,17 +28,20 @@ def register(bsub: Any, guarded: Callable[[Any], Any]) -> None:
         "pgbouncer",
         help="40 worker processes on 20 server connections through PgBouncer vs straight",
         description="Starts Debian's pgbouncer of its own (transaction mode, prepared "
-        "statements off) and two sets of worker processes, one through it and one straight to "
-        "Postgres, each on a database of its own; alternating rounds of one no-op task per "
-        "worker. Prints steps/s, p50/p99 step latency, Postgres connections, SHOW POOLS' "
-        "cl_waiting, and the ratio. At the defaults on 2 cores the rounds take about a minute, "
-        "starting the 80 worker processes three to four more.",
+        "statements off) and, one after the other, worker processes straight to Postgres, "
+        "through it, and straight again, each side on a database of its own; rounds of one "
+        "no-op task per worker. Prints steps/s, p50/p99 step latency, Postgres connections, "
+        "SHOW POOLS' cl_waiting, and the ratio. At the defaults on 2 cores the rounds take "
+        "about a minute, starting the three blocks' worker processes four to five more.",
     )
     pb.add_argument("--workers", type=int, default=40, help="worker processes per side")
     pb.add_argument("--pool-size", type=int, default=20, help="PgBouncer's default_pool_size")
     pb.add_argument("--steps", type=int, default=60, help="steps of each worker's task a round")
     pb.add_argument(
-        "--rounds", type=int, default=4, help="rounds, alternating which side runs first (ABBA)"
+        "--rounds",
+        type=int,
+        default=4,
+        help="rounds per side (the direct side's in two halves, before and after)",
     )
     pb.add_argument("--json", action="store_true")
     pb.set_defaults(func=guarded(cmd_pgbouncer))

@@ -11,21 +11,16 @@ threads stepping tasks at once) completes with PgBouncer's server connections wi
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import psycopg2
 import pytest
 from sqlalchemy.engine import make_url
 
-from agent_jobs.bench.proxy import free_port
+from agent_jobs.bench.bouncer import PrivateBouncer
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.states import Status
 from agent_jobs.testing import Harness
@@ -46,60 +41,21 @@ CLIENT_THREADS = 8
 
 
 @pytest.fixture(scope="module")
-def bouncer(pg_database: str) -> Iterator[tuple[str, int]]:
-    """PgBouncer in transaction mode in front of the session's test database: the URL through
-    it, and its port (the admin console's too)."""
-    binary = shutil.which("pgbouncer")
-    _need(binary is not None, "pgbouncer (Debian's package)")
-    assert binary is not None
-    direct = make_url(pg_database)
-    name = direct.database
-    port = free_port()
-    # Readable by the user PgBouncer drops to when started as root (it refuses to run as root).
-    where = Path(tempfile.mkdtemp(prefix="aj-pgbouncer-"))
-    where.chmod(0o777)
-    (where / "users.txt").write_text(f'"{direct.username}" ""\n')
-    ini = where / "pgbouncer.ini"
-    ini.write_text(
-        "[databases]\n"
-        f"{name} = host={direct.host or '127.0.0.1'} port={direct.port or 5432} dbname={name}\n"
-        "[pgbouncer]\n"
-        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
-        f"auth_type = trust\nauth_file = {where / 'users.txt'}\n"
-        f"admin_users = {direct.username}\n"
-        "pool_mode = transaction\n"
-        f"default_pool_size = {SERVER_CONNECTIONS}\nmax_client_conn = 200\n"
-        "ignore_startup_parameters = options,extra_float_digits\n"
-        f"logfile = {where / 'pgbouncer.log'}\npidfile = {where / 'pgbouncer.pid'}\n"
-    )
-    for path in where.iterdir():
-        path.chmod(0o666)
-    cmd = [binary, str(ini)]
-    if os.geteuid() == 0:
-        cmd = [binary, "-u", direct.username or "postgres", str(ini)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    url = direct.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
+def bouncer(pg_database: str) -> Iterator[tuple[str, PrivateBouncer]]:
+    """PgBouncer in transaction mode in front of the session's test database (the benches'
+    own, `bench/bouncer.py`): the URL through it, and the bouncer (its admin console)."""
+    _need(shutil.which("pgbouncer") is not None, "pgbouncer (Debian's package)")
+    # Its directory under /tmp (mkdtemp): readable by the user PgBouncer drops to as root.
+    b = PrivateBouncer(pg_database, pool_size=SERVER_CONNECTIONS)
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                psycopg2.connect(url.replace("+psycopg2", ""), connect_timeout=1).close()
-                break
-            except psycopg2.OperationalError as exc:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log = where / "pgbouncer.log"
-                    why = log.read_text() if log.exists() else "pgbouncer exited"
-                    raise RuntimeError(why) from exc
-                time.sleep(0.1)
-        yield url, port
+        with b:
+            yield b.url_for(pg_database), b
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        shutil.rmtree(where, ignore_errors=True)
+        shutil.rmtree(b.dir, ignore_errors=True)
 
 
 @pytest.fixture
-def store(bouncer: tuple[str, int]) -> Iterator[object]:
+def store(bouncer: tuple[str, PrivateBouncer]) -> Iterator[object]:
     """The contract's store, reaching Postgres only through PgBouncer, with prepared statements
     off as the README configures them behind a transaction-mode pooler."""
     from agent_jobs.store import Store
@@ -112,22 +68,11 @@ def store(bouncer: tuple[str, int]) -> Iterator[object]:
         s.dispose()
 
 
-def _server_connections(port: int, user: str) -> int:
-    admin = psycopg2.connect(host="127.0.0.1", port=port, dbname="pgbouncer", user=user)
-    admin.autocommit = True
-    try:
-        cur = admin.cursor()
-        cur.execute("SHOW SERVERS")
-        return len(cur.fetchall())
-    finally:
-        admin.close()
-
-
 def test_a_load_of_concurrent_steps_runs_through_pgbouncer_within_its_pool(
-    store: Any, bouncer: tuple[str, int], pg_database: str
+    store: Any, bouncer: tuple[str, PrivateBouncer], pg_database: str
 ) -> None:
-    _, port = bouncer
-    user = make_url(pg_database).username or "postgres"
+    _, pooler = bouncer
+    name = make_url(pg_database).database or ""
     ids: list[str] = []
     lock = threading.Lock()
     peak = 0
@@ -152,7 +97,7 @@ def test_a_load_of_concurrent_steps_runs_through_pgbouncer_within_its_pool(
     for t in threads:
         t.start()
     while any(t.is_alive() for t in threads):
-        peak = max(peak, _server_connections(port, user))
+        peak = max(peak, pooler.pools(name).servers)
         time.sleep(0.05)
     assert errors == []
     assert len(ids) == CLIENT_THREADS * 5
