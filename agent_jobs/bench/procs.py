@@ -56,7 +56,9 @@ class WorkerProcess:
         loglevel: str = "INFO",
         queues: list[str] | None = None,
         app: str = PRODUCTION_APP,
+        wrap: list[str] | None = None,
     ) -> None:
+        """`wrap`: a command that runs the worker's (e.g. `ip netns exec NAME`)."""
         self.name = name
         self.log = log
         # The child's prefix: its own environment, else this process's settings.
@@ -72,7 +74,7 @@ class WorkerProcess:
         if queues:
             cmd += ["--queues", ",".join(queues)]
         self.proc = subprocess.Popen(
-            cmd,
+            [*(wrap or []), *cmd],
             env={**os.environ, **env, "AGENT_JOBS_WORKER_ID": name},
             stdout=self._out,
             stderr=subprocess.STDOUT,
