@@ -129,21 +129,17 @@ def _database(args: argparse.Namespace) -> Database:
     """Where the schedules run: SQLite, or a Postgres server (`--database-url`, else the
     configured database's server when that is Postgres)."""
     from agent_jobs.config import settings  # noqa: PLC0415
-    from agent_jobs.simulation.databases import KINDS, Database  # noqa: PLC0415
+    from agent_jobs.simulation.databases import KINDS, SERVER_KINDS, Database  # noqa: PLC0415
 
     if args.database not in KINDS:
         raise InvalidInput(f"--database: one of {', '.join(KINDS)}")
-    if args.database == "sqlite":
-        if args.database_url:
-            raise InvalidInput("--database-url: only with --database postgres")
-        return Database()
-    url = args.database_url or settings().database_url
-    if not url.startswith(("postgres://", "postgresql://", "postgresql+psycopg2://")):
-        raise InvalidInput(
-            "--database postgres needs --database-url postgresql://user@host/db (a server the "
-            "simulator may create and drop databases on; it uses only its own, aj_sim_*)"
-        )
-    return Database("postgres", url)
+    url = args.database_url
+    if url is None and args.database in SERVER_KINDS:
+        url = settings().database_url
+    try:
+        return Database(args.database, url)
+    except ValueError as exc:
+        raise InvalidInput(f"--database-url: {exc}") from None
 
 
 def _terminated(signum: int, _frame: Any) -> None:

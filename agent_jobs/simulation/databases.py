@@ -34,6 +34,8 @@ from agent_jobs.store.seams import (
 )
 
 KINDS = ("sqlite", "postgres")
+SERVER_KINDS = ("postgres",)  # the kinds that run on a server named by a URL
+_SERVER_SCHEMES = ("postgres://", "postgresql://", "postgresql+psycopg2://")
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,14 @@ class Database:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"database: one of {', '.join(KINDS)}")
-        if self.kind == "postgres" and not self.url:
-            raise ValueError("a Postgres database needs the server's URL")
+        if self.kind not in SERVER_KINDS:
+            if self.url is not None:
+                raise ValueError(f"{self.kind} takes no server URL")
+        elif not (self.url or "").startswith(_SERVER_SCHEMES):
+            raise ValueError(
+                f"{self.kind} needs a server's URL, postgresql://user@host/db (the simulator "
+                "creates and drops databases of its own there, aj_sim_*)"
+            )
 
 
 SQLITE = Database()
@@ -172,7 +180,7 @@ class PostgresDatabases:
 
 def open_databases(database: Database = SQLITE) -> ScheduleDatabases:
     """The databases for one process's schedules; the caller closes them."""
-    if database.kind == "postgres":
+    if database.url is not None:  # a server's: Postgres
         return PostgresDatabases(database)
     return Databases()
 
@@ -181,10 +189,9 @@ def open_databases(database: Database = SQLITE) -> ScheduleDatabases:
 def for_run(database: Database) -> Iterator[Database]:
     """`database` with its template made once for a whole run (a Postgres migration costs
     seconds; a copy, milliseconds), dropped when the run ends, however it ends."""
-    if database.kind != "postgres" or database.template is not None:
+    if database.url is None or database.template is not None:
         yield database
         return
-    assert database.url is not None
     template = create_template(database.url)
     try:
         yield replace(database, template=template)
