@@ -147,3 +147,17 @@ def test_the_command_runs_on_postgres(server: str, capsys: pytest.CaptureFixture
     out = json.loads(capsys.readouterr().out)
     assert out["database"] == "postgres" and out["schedules"] == 2 and out["failures"] == []
     assert main([*args, "--database", "postgres", "--database-url", "sqlite:///x.db"]) != 0
+
+
+def test_rows_in_an_order_sql_leaves_open_come_sorted(databases: PostgresDatabases) -> None:
+    """Postgres returns an UPDATE's RETURNING rows, or a SELECT's without ORDER BY, in the
+    order it met them on disk, which other sessions' snapshots can change from run to run; the
+    simulator takes them sorted. An ORDER BY is kept."""
+    with databases.engine.connect() as conn:
+        conn.execute(text("CREATE TEMP TABLE disk_order (k int)"))
+        conn.execute(text("INSERT INTO disk_order VALUES (3), (1), (2)"))
+        returned = conn.execute(text("UPDATE disk_order SET k = k RETURNING k")).scalars().all()
+        selected = conn.execute(text("SELECT k FROM disk_order")).scalars().all()
+        ordered = conn.execute(text("SELECT k FROM disk_order ORDER BY k DESC")).scalars()
+        assert (returned, selected, ordered.all()) == ([1, 2, 3], [1, 2, 3], [3, 2, 1])
+        conn.rollback()

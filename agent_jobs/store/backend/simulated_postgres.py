@@ -46,6 +46,7 @@ from agent_jobs.store.migrate import upgrade
 
 # psycopg2 ships no type stubs: its classes are looked up, not imported for the type checker.
 _pg: Any = importlib.import_module("psycopg2")
+_pg_extensions: Any = importlib.import_module("psycopg2.extensions")
 
 PREFIX = "aj_sim_"
 CLOCK_SCHEMA = "aj_sim"
@@ -150,6 +151,62 @@ SELECT quote_ident(schemaname) || '.' || quote_ident(sequencename), start_value 
  WHERE schemaname = 'public' ORDER BY 1"""
 
 
+# Rows in an order SQL leaves open: what an UPDATE or DELETE ... RETURNING gives, and a SELECT
+# with no ORDER BY. Postgres gives them in the order it met them on disk, and that order is
+# not the seed's: whether an update's new row version fits its old page depends on pruning,
+# and what pruning may remove depends on the oldest snapshot on the whole server (other
+# sessions' transactions, in other databases). Measured: seed 193 of `--scenario all` swapped
+# the two tasks a retry sweep woke (and so the order of their steps) in 3 of 6 runs. The
+# simulator takes these rows in one order Postgres could have given, sorted; a runtime right
+# under any order is right under this one. A SELECT whose ORDER BY has ties among the rows
+# it returns keeps the disk's order for them (the statement is not parsed).
+_UNORDERED = re.compile(
+    r"\s*(UPDATE|DELETE)\b.*\bRETURNING\b|\s*SELECT\b(?!.*\bORDER\s+BY\b)", re.I | re.S
+)
+_CLOCK_PREFIX = re.compile(r"\s*SELECT set_config\('aj_sim\.now', '[^']*', false\); ")
+
+
+def _sort_key(row: tuple[Any, ...]) -> tuple[tuple[bool, str], ...]:
+    return tuple((value is None, repr(value)) for value in row)
+
+
+class _SortedCursor(_pg_extensions.cursor):  # type: ignore[misc]
+    """A psycopg2 cursor that hands out the rows of an unordered result sorted (`_UNORDERED`)."""
+
+    _sorted: list[tuple[Any, ...]] | None = None
+
+    def execute(self, query: Any, vars: Any = None) -> None:
+        self._sorted = None
+        super().execute(query, vars)
+        text_ = query.decode() if isinstance(query, bytes) else str(query)
+        statement = _CLOCK_PREFIX.sub("", text_, count=1)
+        if self.description is not None and self.rowcount > 1 and _UNORDERED.match(statement):
+            self._sorted = sorted(super().fetchall(), key=_sort_key)
+
+    def fetchone(self) -> Any:
+        if self._sorted is None:
+            return super().fetchone()
+        return self._sorted.pop(0) if self._sorted else None
+
+    def fetchmany(self, size: int | None = None) -> Any:
+        if self._sorted is None:
+            return super().fetchmany(size) if size is not None else super().fetchmany()
+        n = self.arraysize if size is None else size
+        out, self._sorted = self._sorted[:n], self._sorted[n:]
+        return out
+
+    def fetchall(self) -> Any:
+        if self._sorted is None:
+            return super().fetchall()
+        out, self._sorted = self._sorted, []
+        return out
+
+    def __iter__(self) -> Any:
+        if self._sorted is None:
+            return super().__iter__()
+        return iter(self.fetchall())
+
+
 def in_transaction(dbapi_conn: Any) -> bool:
     """Whether a psycopg2 connection has a transaction open (idle is status 0). A closed one
     raises, and `OpenTransactions` forgets it."""
@@ -175,7 +232,11 @@ class SimulatedPostgres:
                 pool_timeout=1,  # one thread: a connection waited for never comes back
                 hide_parameters=True,
                 json_serializer=to_json,
-                connect_args={"options": _OPTIONS, "application_name": "agent_jobs:simulate"},
+                connect_args={
+                    "options": _OPTIONS,
+                    "application_name": "agent_jobs:simulate",
+                    "cursor_factory": _SortedCursor,
+                },
             )
             install_rules(self.engine)
             self.failures: list[str] = []
