@@ -38,7 +38,7 @@ help:
 	@echo "make bench-scale   scale and fairness: 1000 tenants, a noisy neighbour, cost-weighted shares"
 	@echo "make bench-cost    step cost: bench peers (Celery chain, DBOS), platform time of a refund, recovery, 10M rows of history"
 	@echo "make chaos     hundreds of tasks, workers SIGKILLed, broker flushed: lost/duplicates"
-	@echo "make simulate  the deterministic simulator, long run (SCHEDULES=20000 SEED=<from the clock>)"
+	@echo "make simulate  the deterministic simulator, long run (SCHEDULES=20000 SEED=<from the clock> DATABASE=sqlite|postgres)"
 	@echo "make bench-outage   Postgres away 10 s, Redis killed and restarted empty: how soon work moves"
 	@echo "make db        create and migrate the local database (make api does it too)"
 	@echo "make sim | api | worker | beat | flower   run the services on local Postgres and Redis"
@@ -125,7 +125,8 @@ bench-outage: $(STAMP) $(TOOL_SECRET_FILE)
 # The deterministic simulator (no services): SCHEDULES schedules from SEED (default: the clock's).
 SCHEDULES ?= 20000
 simulate: $(STAMP)
-	$(BIN)/agent-jobs simulate --schedules $(SCHEDULES) --jobs 2 $(if $(SEED),--seed $(SEED),)
+	$(BIN)/agent-jobs simulate --schedules $(SCHEDULES) --jobs 2 $(if $(SEED),--seed $(SEED),) \
+		$(if $(filter postgres,$(DATABASE)),--database postgres --database-url $(PG_URL)/postgres,)
 
 chaos: $(STAMP) $(TOOL_SECRET_FILE)
 	$(BENCH_ENV) $(BIN)/agent-jobs bench chaos --tasks 300
