@@ -17,6 +17,7 @@ class SimBroker:
         self.queue: deque[Dispatch] = deque()
         self.published = 0
         self._lost = False
+        self.lost: list[str] = []  # the tasks whose messages were lost, since the world read it
 
     def publish(self, dispatch: Dispatch) -> None:
         self.published += 1
@@ -49,11 +50,12 @@ class SimBroker:
         if (not self.queue and kind != "empty") or kind == "stray":
             return
         if kind == "drop":
-            self.queue.popleft()
+            self.lost.append(self.queue.popleft().task_id)
         elif kind == "duplicate":
             self.queue.append(self.queue[0])
         elif kind == "delay":
             self.queue.rotate(-1)
         elif kind == "empty":
+            self.lost.extend(d.task_id for d in self.queue)
             self.queue.clear()
             self._lost = True

@@ -208,17 +208,27 @@ def no_epoch_fence() -> Any:
 
 
 def failed_effect_step_parks() -> Any:
-    """Defect D1, in today's terms: a step that fails in EXECUTING after its intent committed
-    parks in RETRY_WAIT to run EXECUTING again, instead of waiting in EXEC_UNKNOWN for a
-    reconcile read (there a cancel ended it with the applied effect still `intent`)."""
-    from agent_jobs.core.park import PARK_KEY, Park, ParkReason  # noqa: PLC0415
+    """Defect D1 as the review found it, in today's terms: a step that fails in EXECUTING after
+    its intent committed parks in RETRY_WAIT to run EXECUTING again (not in EXEC_UNKNOWN for a
+    reconcile read), its park read off what the runtime entry still holds (a throttle's count
+    left by a resend: parked as throttled), and the RETRY_WAIT step honours a cancel before
+    anything else. A throttled resend then goes out again with no reconcile, and a cancel in
+    that window ends the task with its effect, perhaps applied, still `intent`. (Only the park
+    put back would be an equivalent mutant: today a park that resumes EXECUTING is not
+    cancellable, and only a throttle's park resends.)"""
+    from agent_jobs.core.park import PARK_KEY, THROTTLES_KEY, Park, ParkReason, park_of  # noqa: PLC0415
     from agent_jobs.core.patch import Patch  # noqa: PLC0415
     from agent_jobs.core.states import Status  # noqa: PLC0415
     from agent_jobs.orchestrator import patches  # noqa: PLC0415
+    from agent_jobs.orchestrator.steps import Steps  # noqa: PLC0415
 
-    def make(original: Any) -> Any:
+    def parks(original: Any) -> Any:
         def outcome_unknown(task: Any, rt: Any, error: str, attempt: int, delay: float) -> Any:
-            rt[PARK_KEY] = Park.of(ParkReason.STEP_FAILED, error, resume=Status.EXECUTING).entry()
+            if rt.get(THROTTLES_KEY):
+                park = Park.of(ParkReason.THROTTLED, error)
+            else:
+                park = Park.of(ParkReason.STEP_FAILED, error, resume=Status.EXECUTING)
+            rt[PARK_KEY] = park.entry()
             return Patch(
                 to=Status.RETRY_WAIT,
                 event="step_failed",
@@ -231,7 +241,18 @@ def failed_effect_step_parks() -> Any:
 
         return outcome_unknown
 
-    return _replaced(patches, "_outcome_unknown", make)
+    def cancel_first(original: Any) -> Any:
+        def retry_wait(self: Any, s: Any) -> Any:
+            park = park_of(Status.RETRY_WAIT, s.runtime())
+            if s.task.cancel_requested and park is not None:
+                return self.cancelled(s, park)
+            return original(self, s)
+
+        return retry_wait
+
+    return _all(
+        _replaced(patches, "_outcome_unknown", parks), _replaced(Steps, "retry_wait", cancel_first)
+    )
 
 
 def decision_dropped_while_leased() -> Any:
@@ -246,6 +267,14 @@ def decision_dropped_while_leased() -> Any:
         return release_step
 
     return _replaced(Store, "release_step", make)
+
+
+@contextmanager
+def _all(*replacements: Any) -> Iterator[None]:
+    with ExitStack() as stack:
+        for replacement in replacements:
+            stack.enter_context(replacement)
+        yield
 
 
 class _With:

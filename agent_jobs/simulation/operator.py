@@ -39,6 +39,11 @@ class Operator:
             ]
         if not pending:
             return
+        # Inside a step, mostly the approval of the task it works on (decided while it holds
+        # the lease: its wake-up must not be lost).
+        mine = [a for a in pending if a.task_id == self.world.step_task()]
+        if mine and self.choices.chance(60):
+            pending = mine
         approval = pending[self.choices.draw(len(pending))]
         grant = self.world.healing or not self.choices.chance(25)
         approver = "tester" if self.choices.chance(5) and not self.world.healing else APPROVER
@@ -63,7 +68,10 @@ class Operator:
             rows = self.world.oracle.rows()
         # Half the time a task whose effect is in flight: the cancels that matter most.
         in_flight = [t for t in tasks if rows[t].status.value in IN_FLIGHT]
-        if in_flight and self.choices.chance(50):
+        step = self.world.step_task()
+        if step is not None and self.choices.chance(50):
+            tasks = [step]  # the task a step is working on, while it does
+        elif in_flight and self.choices.chance(50):
             tasks = in_flight
         task_id = tasks[self.choices.draw(len(tasks))]
         self.world.trace(f"cancel {task_id[-6:]}")

@@ -95,21 +95,33 @@ class Oracle:
         return None
 
     def on_send(
-        self, call: Call, calls: Sequence[Call], now: datetime, levers: Levers, at_start: Levers
+        self,
+        call: Call,
+        calls: Sequence[Call],
+        now: datetime,
+        levers: Levers,
+        at_start: Levers,
+        *,
+        stalled: bool = False,
     ) -> None:
+        """`stalled`: the sender stalled past its lease after committing the intent, and the
+        task was taken over meanwhile. Nothing in the runtime can stop that send (it was on its
+        way; only the key fences it at the system): it is held to its committed intent and its
+        authorisation (a grant consumed, whether or not it has expired since), and the system's
+        applying a key once to `applied_once`."""
         self.checked_sends += 1
         found = self.task_for_key(call.key)
         if found is None:
             raise Violation("intent_first", f"{call.key} sent with no effect row")
         task, effect = found
-        if effect.status != "intent" or task.status is not Status.EXECUTING:
+        if not stalled and (effect.status != "intent" or task.status is not Status.EXECUTING):
             raise Violation(
                 "intent_first",
                 f"{call.key} sent while its effect is {effect.status} and its task "
                 f"{task.status.value}",
             )
         earlier = [c for c in calls if c.key == call.key and c.seq < call.seq]
-        if not resend_allowed(earlier):
+        if not stalled and not resend_allowed(earlier):
             last = [f"{c.kind}:{c.answer}" for c in earlier]
             raise Violation("no_resend_on_a_guess", f"{call.key} sent again after {last}")
         if levers.effects_stopped or call.system in levers.tool_disabled:
@@ -120,15 +132,19 @@ class Oracle:
             if decision == "deny":
                 raise Violation("authorised", f"{call.key} sent though the policy denies it")
             if decision == "needs_approval":
-                self._granted(task, effect.action_hash, now, call.key)
+                # A stalled sender's grant was live when its intent consumed it (the store
+                # refuses an expired one); the stall, not the runtime, made the send late.
+                self._granted(task, effect.action_hash, now, call.key, live=not stalled)
 
-    def _granted(self, task: TaskRow, action_hash: str, now: datetime, key: str) -> None:
+    def _granted(
+        self, task: TaskRow, action_hash: str, now: datetime, key: str, *, live: bool = True
+    ) -> None:
         for a in self.store.list_approvals(task.tenant_id, task_id=task.id):
             if a.action_hash != action_hash or a.status != "used":
                 continue
             if a.approver is None or a.approver == a.requester:
                 raise Violation("authorised", f"{key}: approved by its requester")
-            if a.expires_at > now:
+            if a.expires_at > now or not live:
                 return
         raise Violation(
             "authorised", f"{key} sent without a live, consumed grant for its action hash"

@@ -28,7 +28,7 @@ class StepFaults:
     crash_at: int | None = None
     error_at: int | None = None
     error: str = ""
-    send: str = ""  # "", "before" or "after"
+    send: str = ""  # "", "before", "after" or "error_after" (the next statements fail)
     statements: int = 0
     injected: bool = False  # a database error was raised in this step
 
@@ -62,6 +62,8 @@ class Context:
     worker: Worker | None
     faults: StepFaults
     levers_at_start: Levers
+    task_id: str | None = None  # the task the step works on (a sweeper's: none)
+    stalled: bool = False  # its worker stalled past its lease and the task was taken over
 
 
 class Interleaving:

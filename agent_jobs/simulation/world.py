@@ -24,7 +24,7 @@ from typing import cast
 from agent_jobs.config import Settings
 from agent_jobs.core.contracts import TaskRequest
 from agent_jobs.core.errors import IdempotencyConflict
-from agent_jobs.core.states import TERMINAL, Status
+from agent_jobs.core.states import PARKED, TERMINAL
 from agent_jobs.ops import live
 from agent_jobs.orchestrator.registry import WorkflowRegistry
 from agent_jobs.orchestrator.runner import Orchestrator
@@ -32,6 +32,7 @@ from agent_jobs.orchestrator.sweepers import Sweepers
 from agent_jobs.simulation.broker import SimBroker
 from agent_jobs.simulation.choices import Choices
 from agent_jobs.simulation.clock import VirtualClock
+from agent_jobs.simulation.meanwhile import check_stranded, check_woken, interleave
 from agent_jobs.simulation.operator import LEVERS, Operator
 from agent_jobs.simulation.oracle import Oracle, Violation
 from agent_jobs.simulation.scenarios import Scenario
@@ -66,6 +67,8 @@ SETTINGS = Settings(
     outage_retry_max_s=1.0,
     throttle_max_wait_s=600.0,
 )
+# The database errors that are not an outage (the step is not tried again as one).
+REFUSED = tuple(e for e in DATABASE_ERRORS if e != "connection_lost")
 SWEEPS = ("lease", "dispatch", "retry", "unknown", "approvals", "held")
 ACTIONS = {
     "deliver": 64,
@@ -78,16 +81,6 @@ ACTIONS = {
     "submit": 3,
     "two_sweepers": 2,
 }
-NESTED = {
-    "nothing": 70,
-    "decide": 8,
-    "sweep": 6,
-    "deliver": 6,
-    "advance": 5,
-    "cancel": 4,
-    "lever": 3,
-}
-AT_SEND = {**NESTED, "nothing": 55, "cancel": 15}
 
 
 @dataclass
@@ -126,6 +119,8 @@ class World(Hooks):
         # may have lost its message to that fault (the sweepers' job); one that moved after
         # it, and then waits with no message, was stranded by the runtime itself.
         self.excused: dict[str, int] = {}
+        # Each task's event count when the broker last lost a message of it (`check_woken`).
+        self.lost: dict[str, int] = {}
         self.excuse_pending = False
         self.healing = False
         self._remove_hook = on_statement(store.engine, self._statement)
@@ -186,10 +181,14 @@ class World(Hooks):
     def _ctx(self) -> Context | None:
         return self.stack[-1] if self.stack else None
 
+    def step_task(self) -> str | None:
+        """The task of the step running now, if one is: where other work matters most."""
+        return self.stack[0].task_id if self.stack else None
+
     def before_send(self) -> None:
         ctx = self._ctx()
         if ctx is not None and ctx.faults.send == "before" and not self.quiet:
-            self._fault("crash_before_send")
+            self.fault("crash_before_send")
             raise WorkerCrashed("before the request left")
 
     def received(self, call: Call) -> None:
@@ -199,18 +198,28 @@ class World(Hooks):
         ctx = self._ctx()
         at_start = ctx.levers_at_start if ctx is not None else self.operator.levers
         with self.reading():
-            self.oracle.on_send(call, self.calls, self.clock.now(), self.operator.levers, at_start)
+            self.oracle.on_send(
+                call,
+                self.calls,
+                self.clock.now(),
+                self.operator.levers,
+                at_start,
+                stalled=ctx is not None and ctx.stalled,
+            )
 
     def during_call(self, where: str) -> None:
         ctx = self._ctx()
         if ctx is not None and where == "send applied" and ctx.faults.send == "after":
-            self._fault("crash_after_send")
+            self.fault("crash_after_send")
             raise WorkerCrashed("after the system applied the request")
-        self.interleave(where)
+        if ctx is not None and where == "send applied" and ctx.faults.send == "error_after":
+            # The step lives on and one of its next statements fails (the outcome's commit).
+            ctx.faults.error_at = ctx.faults.statements + self.choices.draw(3)
+        interleave(self, where)
 
     def slow_call(self) -> None:
         # Longer than a lease: whoever waits on this call may find its lease gone.
-        self._fault("slow_call")
+        self.fault("slow_call")
         self.clock.advance(SETTINGS.lease_ttl_s + self.choices.draw(60))
 
     def _statement(self, sql: str) -> None:
@@ -221,16 +230,16 @@ class World(Hooks):
         n = f.statements
         f.statements += 1
         if f.crash_at == n:
-            self._fault("crash_at_statement")
+            self.fault("crash_at_statement")
             raise WorkerCrashed(f"before statement {n}: {sql[:60]}")
         if f.error_at == n:
             f.injected = True
-            self._fault(f"db_{f.error}")
+            self.fault(f"db_{f.error}")
             raise database_error(f.error, sql)
 
     def after_store_call(self, name: str) -> None:
         if self.transactions.count == 0:
-            self.interleave(f"after store.{name}")
+            interleave(self, f"after store.{name}")
 
     @contextmanager
     def reading(self) -> Iterator[None]:
@@ -240,7 +249,7 @@ class World(Hooks):
         finally:
             self.quiet -= 1
 
-    def _fault(self, kind: str) -> None:
+    def fault(self, kind: str) -> None:
         self.excuse_pending = True  # read after the action: a transaction may be open here
         self.report.faults[kind] = self.report.faults.get(kind, 0) + 1
         self.trace(f"  fault: {kind}")
@@ -282,6 +291,8 @@ class World(Hooks):
                 self.excused = {t.id: t.version for t in self.oracle.rows().values()}
         with self.reading():
             self.oracle.check_rows()
+            if not self.stack:
+                check_woken(self)
 
     def act(self, action: str, nested: bool = False) -> None:
         if action == "deliver":
@@ -304,21 +315,6 @@ class World(Hooks):
             self.operator.cancel()
         elif action == "submit":
             self.submit()
-
-    def interleave(self, where: str) -> None:
-        if self.quiet or self.healing or len(self.stack) > 1 or not self.stack:
-            return
-        # Right after a system applied a request (its answer not yet back) is where a cancel
-        # or an approval matters most: likelier there.
-        action = self.choices.weighted(AT_SEND if where == "send applied" else NESTED)
-        if action == "nothing":
-            return
-        self.trace(f"  meanwhile ({where}): {action}")
-        self.stack.append(Context(None, StepFaults(), self.operator.levers))
-        try:
-            self.act(action, nested=True)
-        finally:
-            self.stack.pop()
 
     # -- actions -----------------------------------------------------------------------------
 
@@ -343,19 +339,23 @@ class World(Hooks):
     def _faults(self) -> StepFaults:
         if self.healing or not self.choices.chance(30):
             return StepFaults()
-        kind = self.choices.pick(("crash", "error", "send_before", "send_after"))
+        kind = self.choices.pick(("crash", "error", "send_before", "send_after", "error_after"))
         at = self.choices.draw(24)
         if kind == "crash":
             return StepFaults(crash_at=at)
         if kind == "error":
             return StepFaults(error_at=at, error=self.choices.pick(DATABASE_ERRORS))
+        if kind == "error_after":
+            # A statement or lock timeout, a deadlock: the database refuses the outcome of a
+            # send, not an outage the step rides out (`error_at` is set when the send applies).
+            return StepFaults(send="error_after", error=self.choices.pick(REFUSED))
         return StepFaults(send=kind.partition("_")[2])
 
     def deliver(self, *, latest: bool = False) -> None:
         message = self.broker.take_latest() if latest else self.broker.take()
         if message is None:
             if not self.stack and not self.excuse_pending:
-                self.check_stranded()
+                check_stranded(self)
             return
         busy = {c.worker.name for c in self.stack if c.worker is not None}
         free = [w for w in self.workers if w.name not in busy]
@@ -363,7 +363,7 @@ class World(Hooks):
         self.report.steps += 1
         faults = self._faults()
         self.trace(f"{worker.owner_name} step {message.task_id[-6:]}")
-        self.stack.append(Context(worker, faults, self.operator.levers))
+        self.stack.append(Context(worker, faults, self.operator.levers, message.task_id))
         try:
             report = worker.orchestrator.run_step_waiting(
                 message.task_id, message.row, claim=message.claim
@@ -375,13 +375,16 @@ class World(Hooks):
             self._restart(worker)
             if self.choices.chance(50):
                 self.broker.redeliver(message)  # acks_late: the message comes back
+            else:
+                self.broker.lost.append(message.task_id)
         except Exception as exc:
             self.trace(f"  step raised {type(exc).__name__}: {str(exc)[:80]}")
             if not faults.injected:
                 # Only a database that keeps failing may stop a step: anything else is counted
                 # as a failed attempt of the task, never lost with the message.
                 raise Violation("steps_contain_failures", f"{type(exc).__name__}: {exc}") from exc
-            self._fault("step_raised")
+            self.fault("step_raised")
+            self.broker.lost.append(message.task_id)
         finally:
             self.stack.pop()
 
@@ -404,7 +407,7 @@ class World(Hooks):
             if not faults.injected:
                 # One row that cannot move must not stop a sweep for every other row.
                 raise Violation("sweepers_go_on", f"{kind}: {type(exc).__name__}: {exc}") from exc
-            self._fault("sweep_raised")
+            self.fault("sweep_raised")
         finally:
             self.stack.pop()
 
@@ -433,46 +436,25 @@ class World(Hooks):
                         worker.keeper.drop(lease)
 
     def broker_fault(self) -> None:
-        kind = self.choices.pick(("drop", "duplicate", "delay", "empty", "stray", "stray"))
+        kind = self.choices.pick(("drop", "duplicate", "delay", "empty", "stray", "stray", "stray"))
         self.trace(f"broker: {kind}")
         if kind == "stray" and self.oracle.tasks:
             # An old message delivered again (at least once): a step for any task, whatever
             # its status, parked or not; the claim decides whether there is anything to do.
-            task_id = self.oracle.tasks[self.choices.draw(len(self.oracle.tasks))]
+            tasks = self.oracle.tasks
+            with self.reading():
+                rows = self.oracle.rows()
+            parked = [t for t in tasks if rows[t].status in PARKED]
+            if parked and self.choices.chance(70):
+                tasks = parked  # woken early: its step must find nothing to do, and lose nothing
+            task_id = tasks[self.choices.draw(len(tasks))]
             self.broker.publish(Dispatch(task_id, "acme"))
             return
         if kind not in ("duplicate", "stray"):
-            self._fault(f"broker_{kind}")
+            self.fault(f"broker_{kind}")
         self.broker.fault(kind)
 
     # -- liveness and the end ----------------------------------------------------------------
-
-    def check_stranded(self) -> None:
-        """The queue ran dry: a task that moved since the last fault must not wait for a
-        sweeper if it can move (a decided approval, a runnable status with no lease)."""
-        with self.reading():
-            for task_id, task in self.oracle.rows().items():
-                if task.lease_owner is not None or task.held_for is not None:
-                    continue
-                if self.excused.get(task_id, -1) >= task.version:
-                    continue
-                if task.status in (Status.RECEIVED, Status.RUNNING, Status.VERIFYING):
-                    raise Violation(
-                        "nothing_stranded", f"{task.id} {task.status.value}, no message"
-                    )
-                if task.status is Status.APPROVAL_WAIT and task.attempts == 0:
-                    # (attempts > 0: a failed step's backoff timer wakes it, by design)
-                    decided = [
-                        a
-                        for a in self.store.list_approvals("acme", task_id=task.id)
-                        if a.status in ("granted", "denied")
-                    ]
-                    if decided:
-                        raise Violation(
-                            "nothing_stranded",
-                            f"{task.id} waits in APPROVAL_WAIT on a {decided[0].status} approval "
-                            "with no message (until the dispatch grace)",
-                        )
 
     def heal(self) -> None:
         """Faults off, levers off, every approval decided; then run until nothing moves."""
@@ -486,6 +468,7 @@ class World(Hooks):
             while self.broker.queue:
                 self.deliver()
                 self.check()
+            check_stranded(self)  # healed, nothing excuses a task that moved and then waits
             self.operator.decide()
             if self.settled():
                 return
