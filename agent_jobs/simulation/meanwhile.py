@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from agent_jobs.core.states import Status
 from agent_jobs.simulation.oracle import Violation
 from agent_jobs.simulation.workers import Context, StepFaults
-from agent_jobs.store import Dispatch
+from agent_jobs.store import Dispatch, TaskRow
 
 if TYPE_CHECKING:
     from agent_jobs.simulation.world import World
@@ -122,7 +122,7 @@ def check_stranded(world: World) -> None:
 WAKES = frozenset({"approval_granted", "approval_denied", "approval_expired", "cancel_requested"})
 
 
-def check_woken(world: World) -> None:
+def check_woken(world: World, rows: dict[str, TaskRow]) -> None:
     """After each action: a task whose approval was decided (or expired, or that was asked to
     cancel) moves on the message that woke it, not the dispatch sweeper's (defect D5: a
     decision that came while a step held the lease lost its wake-up).
@@ -132,7 +132,6 @@ def check_woken(world: World) -> None:
     decision waits for its backoff timer, by design (its last event is then the failure); and
     one whose grant ran out before its step could use it waits for the approvals sweeper,
     which expires the grant and wakes it."""
-    rows = world.oracle.rows()
     for task_id in world.broker.lost:
         if task_id in rows:
             world.lost[task_id] = rows[task_id].event_seq
@@ -145,8 +144,10 @@ def check_woken(world: World) -> None:
             or task.held_for is not None
             or task_id in queued
             or world.lost.get(task_id) == task.event_seq
+            or world.looked.get(task_id) == task.event_seq  # (read already, as it is now)
         ):
             continue
+        world.looked[task_id] = task.event_seq
         last = world.store.events(task_id, after_seq=task.event_seq - 1)[-1]
         if last.type in WAKES and not _expiring(world, task_id):
             raise Violation(

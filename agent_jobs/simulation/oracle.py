@@ -157,8 +157,8 @@ class Oracle:
         found = {t.id: t for t in self.store.list_tasks("acme", limit=1000)}
         return {t: found[t] for t in self.tasks}
 
-    def check_rows(self) -> None:
-        for task in self.rows().values():
+    def check_rows(self, rows: dict[str, TaskRow] | None = None) -> None:
+        for task in (rows if rows is not None else self.rows()).values():
             if task.status in TERMINAL and task.lease_owner is not None:
                 raise Violation(
                     "terminal_without_lease",

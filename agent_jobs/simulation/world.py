@@ -121,6 +121,7 @@ class World(Hooks):
         self.excused: dict[str, int] = {}
         # Each task's event count when the broker last lost a message of it (`check_woken`).
         self.lost: dict[str, int] = {}
+        self.looked: dict[str, int] = {}  # each task's event count when `check_woken` last read
         self.excuse_pending = False
         self.healing = False
         self._remove_hook = on_statement(store.engine, self._statement)
@@ -290,9 +291,10 @@ class World(Hooks):
             with self.reading():
                 self.excused = {t.id: t.version for t in self.oracle.rows().values()}
         with self.reading():
-            self.oracle.check_rows()
+            rows = self.oracle.rows()
+            self.oracle.check_rows(rows)
             if not self.stack:
-                check_woken(self)
+                check_woken(self, rows)
 
     def act(self, action: str, nested: bool = False) -> None:
         if action == "deliver":
