@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agent_jobs.core.errors import ConfigError
 from agent_jobs.core.identity import lease_owner_for
+from agent_jobs.redis_clients import is_sentinel
 from agent_jobs.settings_parse import PREFIX as PREFIX  # noqa: PLC0414 - re-exported
 from agent_jobs.settings_parse import env_name as env_name  # noqa: PLC0414 - re-exported
 from agent_jobs.settings_parse import (
@@ -406,9 +407,10 @@ class Settings(BaseModel):
 
     @property
     def directory_redis_url(self) -> str | None:
+        """REDIS_URL, else the broker's Redis (a server, or the Sentinels that know it)."""
         if self.redis_url:
             return self.redis_url
-        if self.broker_url.startswith(("redis://", "rediss://")):
+        if self.broker_url.startswith(("redis://", "rediss://")) or is_sentinel(self.broker_url):
             return self.broker_url
         return None
 

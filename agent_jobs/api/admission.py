@@ -167,7 +167,7 @@ def build_admission(settings: Settings) -> Admission:
     url = settings.directory_redis_url
     if url is None:
         return MemoryAdmission(limits)
-    import redis  # noqa: PLC0415
+    from agent_jobs.redis_clients import client  # noqa: PLC0415
 
-    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-    return RedisAdmission(client, settings.queue_prefix, limits)
+    made = client(url, master=settings.sentinel_master, timeout_s=2)
+    return RedisAdmission(made, settings.queue_prefix, limits)

@@ -125,21 +125,26 @@ class RequestMetrics:
             HTTP_SECONDS.labels(method, template).observe(time.perf_counter() - started)
 
 
-def _broker_ping(settings: Settings) -> Any:
-    if not settings.broker_url.startswith(("redis://", "rediss://")):
-        return lambda: None  # the in-process broker is always there; others: not probed
-    import redis  # noqa: PLC0415
+def _broker_client(settings: Settings) -> Any:
+    """The broker's Redis (its server, or its primary through the Sentinels), or None."""
+    from agent_jobs.queue.broker_redis import broker_redis, is_redis_broker  # noqa: PLC0415
 
-    client = redis.Redis.from_url(settings.broker_url, socket_timeout=2, socket_connect_timeout=2)
+    if not is_redis_broker(settings.broker_url):
+        return None
+    return broker_redis(settings.broker_url, settings.sentinel_master, timeout_s=2)
+
+
+def _broker_ping(settings: Settings) -> Any:
+    client = _broker_client(settings)
+    if client is None:
+        return lambda: None  # the in-process broker is always there; others: not probed
     return client.ping
 
 
 def _queue_collector(runtime: ApiRuntime, settings: Settings) -> list[Any]:
-    if not settings.broker_url.startswith(("redis://", "rediss://")):
+    client = _broker_client(settings)
+    if client is None:
         return []
-    import redis  # noqa: PLC0415
-
-    client = redis.Redis.from_url(settings.broker_url, socket_timeout=2, socket_connect_timeout=2)
     directory = getattr(runtime, "directory", None)
 
     def tenants() -> list[str]:

@@ -309,19 +309,22 @@ def timeline(task_id: TaskId, request: Request, who: Caller) -> Timeline:
     )
 
 
-_redis_clients: dict[str, Any] = {}
+_redis_clients: dict[tuple[str, str | None], Any] = {}
 
 
-def _broker_queue(broker_url: str, queue: str) -> tuple[int | None, float | None]:
+def _broker_queue(
+    broker_url: str, queue: str, sentinel_master: str | None = None
+) -> tuple[int | None, float | None]:
     """Depth and oldest-message age of one queue on a Redis broker (None, None otherwise)."""
-    if not broker_url.startswith(("redis://", "rediss://")):
-        return None, None
-    import redis  # noqa: PLC0415 - only a Redis broker has queues to read
+    # Imported here: only a Redis broker has queues to read.
+    from agent_jobs.queue.broker_redis import broker_redis, is_redis_broker  # noqa: PLC0415
 
-    client = _redis_clients.get(broker_url)
+    if not is_redis_broker(broker_url):
+        return None, None
+    client = _redis_clients.get((broker_url, sentinel_master))
     if client is None:
-        client = redis.Redis.from_url(broker_url, socket_timeout=2, socket_connect_timeout=2)
-        _redis_clients[broker_url] = client
+        client = broker_redis(broker_url, sentinel_master or "", timeout_s=2)
+        _redis_clients[(broker_url, sentinel_master)] = client
     try:
         pipe = client.pipeline(transaction=False)
         pipe.llen(queue)
@@ -349,7 +352,7 @@ def queues(request: Request, who: Operator) -> QueueView:
     rt = state(request).runtime
     store, cfg = rt.store, rt.settings
     queue = tenant_queue(cfg.queue_prefix, who.tenant_id)
-    depth, age = _broker_queue(cfg.broker_url, queue)
+    depth, age = _broker_queue(cfg.broker_url, queue, cfg.sentinel_master)
     held, held_oldest = store.held_ages().get(who.tenant_id, (0, None))
     by_status, in_flight = store.unfinished_counts(who.tenant_id)
     dead = [

@@ -10,10 +10,9 @@ import threading
 import time
 from typing import Any, Protocol
 
-import redis
-
 from agent_jobs.config import Settings
 from agent_jobs.core.names import model_semaphore_key
+from agent_jobs.redis_clients import client
 
 # KEYS: slots zset. ARGV: holder, limit, ttl ms.
 _ACQUIRE = """
@@ -45,8 +44,16 @@ class ModelSlots(Protocol):
 
 
 class RedisModelSlots:
-    def __init__(self, url: str, prefix: str, limit: int, ttl_s: float) -> None:
-        self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    def __init__(
+        self,
+        url: str,
+        prefix: str,
+        limit: int,
+        ttl_s: float,
+        *,
+        sentinel_master: str | None = None,
+    ) -> None:
+        self._redis = client(url, master=sentinel_master)
         self._key = model_semaphore_key(prefix)
         self.limit = limit
         self._ttl_ms = int(ttl_s * 1000)
@@ -108,7 +115,13 @@ def model_slots_for(cfg: Settings) -> ModelSlots | None:
         return None
     url = cfg.directory_redis_url
     if url is not None:
-        return RedisModelSlots(url, cfg.queue_prefix, cfg.model_cap, cfg.slot_ttl_s)
+        return RedisModelSlots(
+            url,
+            cfg.queue_prefix,
+            cfg.model_cap,
+            cfg.slot_ttl_s,
+            sentinel_master=cfg.sentinel_master,
+        )
     with _embedded_lock:
         if _embedded is None or _embedded.limit != cfg.model_cap:
             _embedded = InMemoryModelSlots(cfg.model_cap, cfg.slot_ttl_s)

@@ -35,6 +35,7 @@ from agent_jobs.ops.switches import (
     SwitchKey,
     SwitchSet,
 )
+from agent_jobs.redis_clients import client as redis_client
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +76,14 @@ class StoreSwitches:
         source: SwitchSource,
         *,
         redis_url: str | None = None,
+        sentinel_master: str | None = None,
         prefix: str = "aj",
         refresh_s: float = POLL_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._source = source
         self._redis_url = redis_url
+        self._sentinel_master = sentinel_master
         self._prefix = prefix
         self._refresh_s = refresh_s
         self._clock = clock
@@ -167,8 +170,15 @@ class StoreSwitches:
         backoff = 0.1
         while not self._stop.is_set():
             try:
-                client = redis.Redis.from_url(
-                    self._redis_url, socket_connect_timeout=5, health_check_interval=30
+                # No command timeout: the reader blocks in get_message. Under Sentinel a new
+                # client asks for the primary again; PUBLISH reaches subscribers on any server
+                # of the set, and the table is re-read on every (re)subscribe anyway.
+                client = redis_client(
+                    self._redis_url,
+                    master=self._sentinel_master,
+                    timeout_s=None,
+                    connect_timeout_s=5,
+                    health_check_interval=30,
                 )
                 pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call,unused-ignore]
                 pubsub.subscribe(channel)
@@ -224,11 +234,13 @@ def current() -> SwitchSet:
 
 
 def start_process_switches(
-    source: SwitchSource, redis_url: str | None, prefix: str
+    source: SwitchSource, redis_url: str | None, prefix: str, sentinel_master: str | None = None
 ) -> StoreSwitches:
     """Build, start and install this process's switches (workers, beat and the API, at start
     and again in every forked child: a thread does not survive a fork)."""
-    switches = StoreSwitches(source, redis_url=redis_url, prefix=prefix)
+    switches = StoreSwitches(
+        source, redis_url=redis_url, sentinel_master=sentinel_master, prefix=prefix
+    )
     switches.start()
     install(switches)
     return switches

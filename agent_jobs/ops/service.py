@@ -19,6 +19,7 @@ from agent_jobs.core.errors import InvalidInput
 from agent_jobs.ops.lever_wake import wake_held
 from agent_jobs.ops.live import notify, to_set
 from agent_jobs.ops.switches import ALL, Kind, check_key, check_value
+from agent_jobs.redis_clients import client as redis_client
 from agent_jobs.store import Dispatch, Store
 from agent_jobs.store.dead_letters import ReplayResult
 from agent_jobs.store.ops import (
@@ -38,15 +39,19 @@ class OpsService:
     publish: Callable[[Dispatch], None]
     redis_url: str | None = None
     prefix: str = "aj"
+    sentinel_master: str | None = None
 
     def _announce(self) -> int:
         if self.redis_url is None:
             return 0  # embedded: processes re-read within the poll interval
+        client = redis_client(self.redis_url, master=self.sentinel_master)
         try:
-            return notify(redis.Redis.from_url(self.redis_url, socket_timeout=5), self.prefix)
+            return notify(client, self.prefix)
         except redis.RedisError as exc:
             log.warning("switch change not announced (%s): processes re-read within seconds", exc)
             return 0
+        finally:
+            client.close()
 
     def set(
         self,
@@ -144,4 +149,5 @@ def from_runtime(runtime: Any) -> OpsService:
         publisher.publish,
         redis_url=cfg.directory_redis_url,
         prefix=cfg.queue_prefix,
+        sentinel_master=cfg.sentinel_master,
     )

@@ -1,50 +1,24 @@
 """A `redis.Redis` client for the broker's Redis, whether the broker URL names the server
 (`redis://host:6379/0`) or the Sentinels that know it (`sentinel://h1:26379;sentinel://h2:26379/0`,
-the service named by `AGENT_JOBS_SENTINEL_MASTER`). Under Sentinel the client asks the Sentinels
-for the current primary at each connection, so it follows a failover as the worker's own
-transport does."""
+the service named by `AGENT_JOBS_SENTINEL_MASTER`): `redis_clients.client`, its errors naming
+`AGENT_JOBS_BROKER_URL`. Under Sentinel the client asks the Sentinels for the current primary
+at each connection, so it follows a failover as the worker's own transport does."""
 
 from __future__ import annotations
 
-from typing import Any
-from urllib.parse import urlsplit
-
 import redis
-from redis.sentinel import Sentinel
 
-TIMEOUT_S = 5.0
+from agent_jobs.redis_clients import BROKER_URL_SETTING, TIMEOUT_S, client
+from agent_jobs.redis_clients import is_sentinel as is_sentinel  # noqa: PLC0414
 
-
-def is_sentinel(url: str) -> bool:
-    """Whether `url` names Sentinels: one `sentinel://` URL or a `;`-separated list of them."""
-    parts = [p.strip() for p in url.split(";") if p.strip()]
-    return bool(parts) and all(p.startswith("sentinel://") for p in parts)
+REDIS_BROKER_SCHEMES = ("redis://", "rediss://")
 
 
-def sentinels_of(url: str) -> tuple[list[tuple[str, int]], int, str | None]:
-    """The Sentinels' (host, port) pairs, the database number (the first URL's path, default 0)
-    and the password (the first URL's, for the data servers, as kombu reads it)."""
-    parts = [urlsplit(p.strip()) for p in url.split(";") if p.strip()]
-    hosts = [(p.hostname or "127.0.0.1", p.port or 26379) for p in parts]
-    path = parts[0].path.strip("/")
-    return hosts, int(path) if path.isdigit() else 0, parts[0].password
+def is_redis_broker(url: str) -> bool:
+    """Whether the broker is a Redis this process can read (a server or Sentinels)."""
+    return url.startswith(REDIS_BROKER_SCHEMES) or is_sentinel(url)
 
 
-def broker_redis(url: str, master: str, *, timeout_s: float = TIMEOUT_S) -> Any:
+def broker_redis(url: str, master: str | None, *, timeout_s: float = TIMEOUT_S) -> redis.Redis:
     """A client of the broker's Redis (see the module)."""
-    if not is_sentinel(url):
-        return redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-    hosts, db, password = sentinels_of(url)
-    sentinel = Sentinel(
-        hosts,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        sentinel_kwargs={"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s},
-    )
-    return sentinel.master_for(
-        master,
-        db=db,
-        password=password,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-    )
+    return client(url, master=master, timeout_s=timeout_s, setting=BROKER_URL_SETTING)

@@ -12,9 +12,8 @@ import threading
 import time
 from typing import Protocol
 
-import redis
-
 from agent_jobs.core.names import active_tenants_key
+from agent_jobs.redis_clients import client
 
 
 class TenantDirectory(Protocol):
@@ -54,8 +53,15 @@ class _TouchCache:
 
 
 class RedisTenantDirectory:
-    def __init__(self, url: str, prefix: str, touch_every_s: float = 1.0) -> None:
-        self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    def __init__(
+        self,
+        url: str,
+        prefix: str,
+        touch_every_s: float = 1.0,
+        *,
+        sentinel_master: str | None = None,
+    ) -> None:
+        self._redis = client(url, master=sentinel_master)
         self._key = active_tenants_key(prefix)
         self._cache = _TouchCache(touch_every_s)
 

@@ -26,8 +26,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-
 from agent_jobs.core.holds import HoldReason
 from agent_jobs.core.names import (
     gate_estimate_key,
@@ -40,6 +38,7 @@ from agent_jobs.core.names import (
 from agent_jobs.gateway.slots import ModelSlots
 from agent_jobs.ops.switches import Switch, Switches, SwitchSet
 from agent_jobs.orchestrator.ports import Observer
+from agent_jobs.redis_clients import client
 from agent_jobs.store import Dispatch, Store
 
 log = logging.getLogger(__name__)
@@ -199,8 +198,12 @@ class GatePolicy:
 
 
 class RedisGate:
-    def __init__(self, url: str, prefix: str, policy: GatePolicy) -> None:
-        self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    def __init__(
+        self, url: str, prefix: str, policy: GatePolicy, *, sentinel_master: str | None = None
+    ) -> None:
+        # Its scripts are `Script`s: after a failover the new primary's empty script cache
+        # answers NOSCRIPT, and redis-py loads the script again.
+        self._redis = client(url, master=sentinel_master)
         self.prefix = prefix
         self.policy = policy
         self._admit = self._redis.register_script(_ADMIT)

@@ -108,7 +108,9 @@ def build_runtime(
     directory: TenantDirectory
     probe: BrokerProbe
     if redis_url:
-        directory = RedisTenantDirectory(redis_url, cfg.queue_prefix)
+        directory = RedisTenantDirectory(
+            redis_url, cfg.queue_prefix, sentinel_master=cfg.sentinel_master
+        )
     else:
         directory = _embedded_directory
     if cfg.broker_url.startswith(("redis://", "rediss://")) or is_sentinel(cfg.broker_url):
@@ -128,7 +130,9 @@ def build_runtime(
     )
     gate, slots = gate_and_slots(cfg)
     # Operator switches (ops/): every process obeys them; the gate holds what a pause stops.
-    switches = start_process_switches(store, cfg.directory_redis_url, cfg.queue_prefix)
+    switches = start_process_switches(
+        store, cfg.directory_redis_url, cfg.queue_prefix, cfg.sentinel_master
+    )
     gated = GatedDispatcher(publisher.send, store, gate, slots, observer, switches=switches)
     publisher.gated = gated
     orchestrator = Orchestrator(store, registry, publisher, cfg, observer=observer)
@@ -163,7 +167,7 @@ def gate_and_slots(cfg: Settings) -> tuple[RedisGate | None, ModelSlots | None]:
     if policy.enabled:
         if url is None:
             raise ConfigError("tenant caps and fair share need Redis (AGENT_JOBS_REDIS_URL)")
-        gate = RedisGate(url, cfg.queue_prefix, policy)
+        gate = RedisGate(url, cfg.queue_prefix, policy, sentinel_master=cfg.sentinel_master)
     return gate, model_slots_for(cfg)
 
 
