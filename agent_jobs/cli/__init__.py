@@ -24,7 +24,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from agent_jobs.cli import (  # noqa: PLC0415 - keep `--help` fast
-        bench,
+        bench_parser,
         incidents,
         ops,
         switches,
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for module in (tasks, ops, bench, trace, switches, incidents, workflows, webhooks):
+    for module in (tasks, ops, bench_parser, trace, switches, incidents, workflows, webhooks):
         module.register(sub)
     for extra in _optional_modules():
         extra.register(sub)

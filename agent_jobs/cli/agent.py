@@ -47,7 +47,9 @@ def register(sub: Any) -> None:
     ssub = p.add_subparsers(dest="sim_command", metavar="SIM")
     ssub.required = True
     s = ssub.add_parser("serve", help="serve the business-systems HTTP contract until Ctrl-C")
-    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument(
+        "--host", default="127.0.0.1", help="the address to serve on (default %(default)s)"
+    )
     s.add_argument("--port", type=int, default=8090, help="0 picks a free port")
     s.add_argument("--state", default=None, help="JSON state file, kept across restarts")
     s.add_argument("--world", default=None, choices=sorted(BUILDERS), help="seed a fresh state")

@@ -8,6 +8,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from agent_jobs.cli.args import BENCH_JSON, add_json
+
 
 def cmd_failover(args: argparse.Namespace) -> int:
     from agent_jobs.bench import failover  # noqa: PLC0415 - keep `--help` fast
@@ -28,5 +30,5 @@ def register(bsub: Any, guarded: Callable[[Any], Any]) -> None:
     fo.add_argument(
         "--tasks", type=int, default=20, help="no-op tasks running (plus half as many payouts)"
     )
-    fo.add_argument("--json", action="store_true")
+    add_json(fo, BENCH_JSON)
     fo.set_defaults(func=guarded(cmd_failover))

@@ -8,6 +8,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from agent_jobs.cli.args import BENCH_JSON, add_json
+
 
 def cmd_pgbouncer(args: argparse.Namespace) -> int:
     from agent_jobs.bench import pooled  # noqa: PLC0415 - keep `--help` fast
@@ -43,5 +45,5 @@ def register(bsub: Any, guarded: Callable[[Any], Any]) -> None:
         default=4,
         help="rounds per side (the direct side's in two halves, before and after)",
     )
-    pb.add_argument("--json", action="store_true")
+    add_json(pb, BENCH_JSON)
     pb.set_defaults(func=guarded(cmd_pgbouncer))

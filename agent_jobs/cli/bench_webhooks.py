@@ -7,6 +7,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from agent_jobs.cli.args import BENCH_JSON, add_json, add_workers
+
 
 def _print(result: dict[str, Any], as_json: bool, render: Callable[[dict[str, Any]], str]) -> int:
     print(json.dumps(result, indent=2, sort_keys=True) if as_json else render(result))
@@ -62,19 +64,38 @@ def register(bsub: Any, guarded: Callable[[Any], Any]) -> None:
     wsub = w.add_subparsers(dest="webhooks_bench", metavar="WHAT", parser_class=type(w))
     wsub.required = True
     d = wsub.add_parser("delivery", help="deliveries/s (a burst) and event-to-delivery p50/p99")
-    d.add_argument("--workers", type=int, default=2)
-    d.add_argument("--tenants", type=int, default=4)
+    add_workers(d, 2)
+    d.add_argument(
+        "--tenants",
+        type=int,
+        default=4,
+        help="tenants, one endpoint each, the burst's events split evenly over them "
+        "(default %(default)s)",
+    )
     d.add_argument("--events", type=int, default=400, help="events in the burst")
     d.add_argument("--samples", type=int, default=100, help="single events timed")
-    d.add_argument("--json", action="store_true")
+    add_json(d, BENCH_JSON)
     d.set_defaults(func=guarded(cmd_delivery))
     h = wsub.add_parser(
         "hot-path", help="steps/s with no endpoint vs one per tenant (the peers workload)"
     )
-    h.add_argument("--workers", type=int, default=2)
-    h.add_argument("--tasks", type=int, default=20)
-    h.add_argument("--steps", type=int, default=200)
-    h.add_argument("--rounds", type=int, default=4)
+    add_workers(h, 2)
+    h.add_argument(
+        "--tasks",
+        type=int,
+        default=20,
+        help="no-op tasks a side and round, each on a tenant of its own (default %(default)s)",
+    )
+    h.add_argument(
+        "--steps", type=int, default=200, help="steps of each no-op task (default %(default)s)"
+    )
+    h.add_argument(
+        "--rounds",
+        type=int,
+        default=4,
+        help="rounds, alternating which side runs first (ABBA); medians are reported "
+        "(default %(default)s)",
+    )
     h.add_argument(
         "--baseline",
         metavar="DIR",
@@ -83,5 +104,5 @@ def register(bsub: Any, guarded: Callable[[Any], Any]) -> None:
     )
     h.add_argument("--baseline-database", metavar="URL", help="the baseline's own database")
     h.add_argument("--pairs", type=int, default=2, help="with --baseline: pairs of runs")
-    h.add_argument("--json", action="store_true")
+    add_json(h, BENCH_JSON)
     h.set_defaults(func=guarded(cmd_hot_path))

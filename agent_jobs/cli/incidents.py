@@ -17,6 +17,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from agent_jobs.cli.args import add_as, add_json, add_limit, add_reason, add_tenant
 from agent_jobs.core.errors import InvalidInput
 
 
@@ -142,14 +143,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--until", help="ISO 8601 (default: now)")
     p.add_argument("--tool", help="e.g. refunds.create")
-    p.add_argument("--tool-version")
+    p.add_argument("--tool-version", help="with --tool: only its effects of this version, e.g. 2")
     p.add_argument("--prompt", help="pinned prompt version, e.g. refund-v7")
     p.add_argument("--model-route", help="pinned model route, e.g. support-tier2@2026-03")
     p.add_argument("--workflow", help="name or name@version")
     p.add_argument("--policy-version", help="a policy version a decision was made under")
-    p.add_argument("--tenant")
-    p.add_argument("--limit", type=int, default=1000)
-    p.add_argument("--json", action="store_true")
+    add_tenant(p, "filter")
+    add_limit(p, 1000, "tasks, oldest first")
+    add_json(p, "print the tasks as a JSON list")
     p.set_defaults(func=cmd_incident_tasks)
 
     # `dead-letters` (the list) is registered by cli/tasks.py; `replay` hangs under it.
@@ -159,11 +160,14 @@ def register(sub: Any) -> None:
     p = actions.add_parser("replay", help="resume dead-lettered tasks from their checkpoint")
     p.add_argument("task_id", nargs="?", help="the dead letter's task id")
     p.add_argument("--all", action="store_true", help="every dead letter matching the filters")
-    p.add_argument("--tenant")
-    p.add_argument("--workflow")
-    p.add_argument("--since")
-    p.add_argument("--until")
-    p.add_argument("--limit", type=int, default=100)
-    p.add_argument("--as", dest="as_user", required=True, help="who is replaying")
-    p.add_argument("--reason", required=True, help="why (recorded in the task's event)")
+    add_tenant(p, "filter", given="--all")
+    p.add_argument("--workflow", help="with --all: only this workflow's (name or name@version)")
+    p.add_argument(
+        "--since",
+        help="with --all: dead-lettered at or after this ISO 8601 time (UTC unless zoned)",
+    )
+    p.add_argument("--until", help="with --all: dead-lettered before this ISO 8601 time")
+    add_limit(p, 100, "dead letters replayed with --all, oldest first")
+    add_as(p, "the task's event")
+    add_reason(p, "the task's event")
     p.set_defaults(func=cmd_replay)

@@ -131,23 +131,44 @@ def register(sub: Any) -> None:
     dbsub = p.add_subparsers(dest="db_command", metavar="SUBCOMMAND")
     dbsub.required = True
     u = dbsub.add_parser("upgrade", help="apply the migrations (creates the schema on first run)")
-    u.add_argument("--revision", default="head")
+    u.add_argument(
+        "--revision",
+        default="head",
+        help="the Alembic revision to upgrade to, e.g. 0003 (db/versions/; default %(default)s)",
+    )
     u.set_defaults(func=cmd_db_upgrade)
     c = dbsub.add_parser("current", help="show the schema revision; exit 1 if not at head")
     c.set_defaults(func=cmd_db_current)
 
     p = sub.add_parser("sweep", help="run a sweeper once (beat runs them on a schedule)")
-    p.add_argument("kind", choices=[*KINDS, "all"])
+    p.add_argument(
+        "kind", choices=[*KINDS, "all"], help="which sweeper; all: each of them once, in turn"
+    )
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("run", help="run a worker (thread pool) and beat in this process")
-    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument(
+        "--concurrency", type=int, default=4, help="worker threads (default %(default)s)"
+    )
     p.add_argument("--no-beat", action="store_true", help="do not run the sweepers here")
     p.add_argument("--migrate", action="store_true", help="apply migrations first")
-    p.add_argument("--loglevel", default="warning", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--loglevel",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="the lowest level of log line printed (default %(default)s)",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("demo", help="run the incident end to end on the embedded default")
-    p.add_argument("scenario", nargs="?", default="refund", choices=["refund", "example"])
+    p.add_argument(
+        "scenario",
+        nargs="?",
+        default="refund",
+        choices=["refund", "example"],
+        help="refund: seed 004's order 8472, charged twice, against the simulated business "
+        "systems; example: a payout through a lost response and a killed worker "
+        "(default %(default)s)",
+    )
     p.add_argument("--quiet", action="store_true", help="print only the timeline and the checks")
     p.set_defaults(func=cmd_demo)

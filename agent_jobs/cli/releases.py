@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agent_jobs.cli.args import add_actor, add_limit, add_reason, add_task_id
+
 ACTOR = "cli"
+HISTORY = "the release history that `release list` shows"
+WORKFLOW = "refund_resolution@3"
+# The phase ladder as `releases.rollout.PHASE_NAMES` has it (named here so that `--help` loads no
+# store; tests/unit/test_cli_help.py fails when the two differ).
+PHASES = ("shadow", "read_only_assistant", "bounded_tools", "approved_refunds", "bounded_autonomy")
 
 
 def _service() -> Any:
@@ -22,22 +29,32 @@ def _print(obj: Any) -> None:
     print(json.dumps(obj, indent=2, default=str))
 
 
+def _release_id(p: argparse.ArgumentParser) -> None:
+    p.add_argument("release_id", help="the release's id, as `release create` printed it")
+
+
+def _workflow(p: argparse.ArgumentParser, whose: str) -> None:
+    p.add_argument(
+        "--workflow", default=WORKFLOW, help=f"the workflow {whose} (default %(default)s)"
+    )
+
+
 def register(sub: Any) -> None:  # noqa: PLR0915 - one parser per subcommand
     p = sub.add_parser("release", help="release manifests: create, evaluate, roll out, roll back")
     rs = p.add_subparsers(dest="release_command", metavar="RELEASE")
     rs.required = True
 
     c = rs.add_parser("create", help="store a manifest (JSON file); every named version must exist")
-    c.add_argument("manifest")
-    c.add_argument("--actor", default=ACTOR)
+    c.add_argument("manifest", help="the manifest's JSON file")
+    add_actor(c, HISTORY, ACTOR)
     c.set_defaults(func=cmd_create)
 
     s = rs.add_parser("show", help="a release's manifest and eval result")
-    s.add_argument("release_id")
+    _release_id(s)
     s.set_defaults(func=cmd_show)
 
     ls = rs.add_parser("list", help="releases, the live rollout and recent history")
-    ls.add_argument("--workflow", default="refund_resolution@3")
+    _workflow(ls, "whose releases")
     ls.set_defaults(func=cmd_list)
 
     e = rs.add_parser(
@@ -45,7 +62,7 @@ def register(sub: Any) -> None:  # noqa: PLR0915 - one parser per subcommand
         help="the gate: run the golden and safety suites on this release's manifest (its route, "
         "prompt, policy, flags, tools) in an isolated process; records the result",
     )
-    e.add_argument("release_id")
+    _release_id(e)
     e.add_argument(
         "--runs",
         type=int,
@@ -67,27 +84,32 @@ def register(sub: Any) -> None:  # noqa: PLR0915 - one parser per subcommand
         "promote",
         help="make the release the incumbent (needs a passed full eval of this exact manifest)",
     )
-    pr.add_argument("release_id")
-    pr.add_argument("--reason", required=True)
+    _release_id(pr)
+    add_reason(pr, HISTORY)
     pr.add_argument(
         "--force", action="store_true", help="promote without a passing eval (recorded as forced)"
     )
-    pr.add_argument("--actor", default=ACTOR)
+    add_actor(pr, HISTORY, ACTOR)
     pr.set_defaults(func=cmd_promote)
 
     rb = rs.add_parser(
         "rollback", help="back to the previous incumbent; in-flight tasks keep theirs"
     )
-    rb.add_argument("--workflow", default="refund_resolution@3")
-    rb.add_argument("--reason", required=True)
-    rb.add_argument("--actor", default=ACTOR)
+    _workflow(rb, "whose incumbent goes back")
+    add_reason(rb, HISTORY)
+    add_actor(rb, HISTORY, ACTOR)
     rb.set_defaults(func=cmd_rollback)
 
     ca = rs.add_parser("canary", help="route PERCENT of tenants (stable by tenant) to the release")
-    ca.add_argument("release_id")
-    ca.add_argument("--percent", type=int, required=True)
-    ca.add_argument("--reason", default="canary")
-    ca.add_argument("--actor", default=ACTOR)
+    _release_id(ca)
+    ca.add_argument(
+        "--percent",
+        type=int,
+        required=True,
+        help="0-100: the share of tenants routed to it, each tenant always on the same side",
+    )
+    add_reason(ca, HISTORY, default="canary")
+    add_actor(ca, HISTORY, ACTOR)
     ca.set_defaults(func=cmd_canary)
 
     sh = rs.add_parser(
@@ -95,9 +117,14 @@ def register(sub: Any) -> None:  # noqa: PLR0915 - one parser per subcommand
         help="run the release on copies of recent live tasks, in an isolated process against "
         "the deployment's routes; how often its decisions agree with the live ones",
     )
-    sh.add_argument("release_id")
-    sh.add_argument("--window-s", type=float, default=3600.0)
-    sh.add_argument("--limit", type=int, default=50)
+    _release_id(sh)
+    sh.add_argument(
+        "--window-s",
+        type=float,
+        default=3600.0,
+        help="copy live tasks created in the last this many seconds (default %(default)s)",
+    )
+    add_limit(sh, 50, "live tasks copied, newest first")
     sh.add_argument("--quiet", action="store_true", help="no progress lines")
     sh.set_defaults(func=cmd_shadow)
 
@@ -106,9 +133,9 @@ def register(sub: Any) -> None:  # noqa: PLR0915 - one parser per subcommand
         help="replay a task a (reverted) release escalated, once, as a new task on the "
         "incumbent; a second replay of the same task is refused",
     )
-    rp.add_argument("task_id")
-    rp.add_argument("--reason", required=True)
-    rp.add_argument("--actor", default=ACTOR)
+    add_task_id(rp, "the escalated task's id (as `incidents tasks --release` lists it)")
+    add_reason(rp, HISTORY)
+    add_actor(rp, HISTORY, ACTOR)
     rp.set_defaults(func=cmd_replay)
 
     g = rs.add_parser(
@@ -116,18 +143,27 @@ def register(sub: Any) -> None:  # noqa: PLR0915 - one parser per subcommand
         help="check the canary's window now; revert it on a breach (beat also runs this every "
         "AGENT_JOBS_GUARDRAILS_INTERVAL_S)",
     )
-    g.add_argument("--workflow", default="refund_resolution@3")
-    g.add_argument("--window-s", type=float, default=3600.0)
+    _workflow(g, "whose canary")
+    g.add_argument(
+        "--window-s",
+        type=float,
+        default=3600.0,
+        help="compare the tasks created in the last this many seconds (default %(default)s)",
+    )
     g.set_defaults(func=cmd_guardrails)
 
     ph = rs.add_parser(
         "phase", help="move a tenant along the phase ladder with the gate's evidence"
     )
-    ph.add_argument("tenant")
-    ph.add_argument("phase")
+    ph.add_argument("tenant", help="the tenant's id")
+    ph.add_argument(
+        "phase",
+        help=f"one of {', '.join(PHASES)}: forward one step at a time, with --evidence "
+        "meeting its gate; back to any earlier one at any time",
+    )
     ph.add_argument("--evidence", default="{}", help="JSON object")
-    ph.add_argument("--workflow", default="refund_resolution@3")
-    ph.add_argument("--actor", default=ACTOR)
+    _workflow(ph, "whose ladder")
+    add_actor(ph, HISTORY, ACTOR)
     ph.set_defaults(func=cmd_phase)
 
 

@@ -11,6 +11,7 @@ import sys
 import tempfile
 from typing import Any
 
+from agent_jobs.cli.args import add_tenant
 from agent_jobs.config import settings
 from agent_jobs.core.errors import ConfigError, InvalidInput
 from agent_jobs.core.identity import check_tenant_id
@@ -176,11 +177,16 @@ def register(sub: Any) -> None:
     p = sub.add_parser("api", help="serve the HTTP API (uvicorn)")
     p.add_argument("--host", default=None, help="default AGENT_JOBS_API_HOST or 127.0.0.1")
     p.add_argument("--port", type=int, default=None, help="default AGENT_JOBS_API_PORT or 8000")
-    p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--loglevel",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="uvicorn's log level (default %(default)s)",
+    )
     p.set_defaults(func=cmd_api)
 
     p = sub.add_parser("token", help="mint a development bearer token (HS256)")
-    p.add_argument("--tenant", required=True)
+    add_tenant(p, "owner")
     p.add_argument("--sub", required=True, help="the subject: who is calling")
     p.add_argument(
         "--role",
@@ -197,7 +203,11 @@ def register(sub: Any) -> None:
         description="Runs `celery -A agent_jobs worker` with the arguments after `--`.",
     )
     p.add_argument("--metrics-port", type=int, default=None, help="serve /metrics on this port")
-    p.add_argument("--metrics-addr", default="0.0.0.0")
+    p.add_argument(
+        "--metrics-addr",
+        default="0.0.0.0",
+        help="the address /metrics is served on, with a metrics port (default %(default)s)",
+    )
     p.add_argument("--metrics-dir", default=None, help="multiprocess directory (default: temp)")
     p.add_argument("celery_args", nargs=argparse.REMAINDER, help="-- then celery worker options")
     p.set_defaults(func=cmd_worker)

@@ -21,7 +21,20 @@ import json
 import sys
 from typing import Any
 
+from agent_jobs.cli.args import add_as, add_json, add_limit, add_reason, add_tenant
 from agent_jobs.ops.switches import Kind
+
+AUDIT = "`ops history`, the audit record"
+# What each switch does when on; every Kind needs one (building the parser fails without it).
+WHAT: dict[Kind, str] = {
+    Kind.TOOL_DISABLED: "refuse --target, a tool",
+    Kind.READ_ONLY: "only tools without side effects",
+    Kind.PAUSED: "hold new steps (of --target, a workflow, or all)",
+    Kind.EFFECTS_STOPPED: "side effects wait, reads go on",
+    Kind.CREDENTIAL_EPOCH: "void the tool credentials minted so far",
+    Kind.AUTONOMY_THRESHOLD: "execute without approval only under --value minor units",
+}
+TARGET = "the tool (tool_disabled) or workflow, name or name@version (paused); default: none"
 
 
 def _service() -> Any:
@@ -110,9 +123,9 @@ def cmd_autonomy(args: argparse.Namespace) -> int:
 
 def _change(p: argparse.ArgumentParser, *, tenant: bool = True) -> None:
     if tenant:
-        p.add_argument("--tenant", help="one tenant (default: every tenant)")
-    p.add_argument("--as", dest="as_user", required=True, help="who is making the change")
-    p.add_argument("--reason", required=True, help="why (the audit record)")
+        add_tenant(p, "scope")
+    add_as(p, AUDIT)
+    add_reason(p, AUDIT)
 
 
 def register(sub: Any) -> None:
@@ -121,23 +134,23 @@ def register(sub: Any) -> None:
     cmds.required = True
 
     p = cmds.add_parser("list", help="the switches on now")
-    p.add_argument("--json", action="store_true")
+    add_json(p, "print the switches as a JSON list")
     p.set_defaults(func=cmd_list)
     p = cmds.add_parser("history", help="every change: who, why, when (newest first)")
-    p.add_argument("--limit", type=int, default=100)
-    p.add_argument("--json", action="store_true")
+    add_limit(p, 100, "changes, newest first")
+    add_json(p, "print the changes as a JSON list")
     p.set_defaults(func=cmd_history)
 
     kinds = [k.value for k in Kind]
     p = cmds.add_parser("set", help="turn any switch on (or change its value)")
-    p.add_argument("kind", choices=kinds)
-    p.add_argument("--target", help="the tool (tool_disabled) or workflow (paused)")
-    p.add_argument("--value", help="JSON value for numeric switches")
+    p.add_argument("kind", choices=kinds, help="; ".join(f"{k}: {WHAT[k]}" for k in Kind))
+    p.add_argument("--target", help=TARGET)
+    p.add_argument("--value", help="JSON value for numeric switches (default: true)")
     _change(p)
     p.set_defaults(func=cmd_set)
     p = cmds.add_parser("clear", help="turn any switch off")
-    p.add_argument("kind", choices=kinds)
-    p.add_argument("--target")
+    p.add_argument("kind", choices=kinds, help="the switch to turn off")
+    p.add_argument("--target", help=TARGET)
     _change(p)
     p.set_defaults(func=cmd_clear)
 
@@ -146,7 +159,7 @@ def register(sub: Any) -> None:
         ("enable-tool", _clear(Kind.TOOL_DISABLED, target_attr="tool"), "allow it again"),
     ):
         p = cmds.add_parser(name, help=help_)
-        p.add_argument("tool")
+        p.add_argument("tool", help="the tool's name, e.g. refunds.create")
         _change(p)
         p.set_defaults(func=func)
     for name, func, help_ in (
@@ -154,7 +167,7 @@ def register(sub: Any) -> None:
         ("read-write", _clear(Kind.READ_ONLY), "lift the downgrade"),
     ):
         p = cmds.add_parser(name, help=help_)
-        p.add_argument("tenant")
+        p.add_argument("tenant", help="the tenant's id")
         _change(p, tenant=False)
         p.set_defaults(func=func)
     for name, func, help_ in (

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agent_jobs.cli.args import add_json, add_limit, add_task_id, add_tenant
 from agent_jobs.cli.output import approval_line, event_line, task_text, to_json
 from agent_jobs.cli.reading import reading_store
 from agent_jobs.core.contracts import TaskRequest, validation_message
@@ -236,7 +237,7 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("submit", help="submit a task; prints its id")
-    p.add_argument("--tenant", required=True, help="tenant id (a-z, 0-9, '_', '-', '.')")
+    add_tenant(p, "owner")
     p.add_argument(
         "--key", required=True, help="idempotency key: the same key returns the same task"
     )
@@ -245,34 +246,35 @@ def register(sub: Any) -> None:
         "--input", default="{}", help="the workflow input as a JSON object, or - for stdin"
     )
     p.add_argument("--requester", default="cli", help="who is asking (an approver must differ)")
-    p.add_argument("--json", action="store_true", help="print a JSON object")
+    add_json(p, "print a JSON object: task_id, created, status, trace_id")
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("status", help="show a task")
-    p.add_argument("task_id")
-    p.add_argument("--tenant", help="only if it belongs to this tenant")
-    p.add_argument("--json", action="store_true")
+    add_task_id(p)
+    add_tenant(p, "wall")
+    add_json(p, "print the task's view as JSON")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("events", help="show a task's event log (its trace)")
-    p.add_argument("task_id")
-    p.add_argument("--tenant")
-    p.add_argument("--json", action="store_true")
+    add_task_id(p)
+    add_tenant(p, "wall")
+    add_json(p, "print the events as a JSON list")
     p.set_defaults(func=cmd_events)
 
     p = sub.add_parser("cancel", help="request cancellation (honoured at the next step boundary)")
-    p.add_argument("task_id")
-    p.add_argument("--tenant")
+    add_task_id(p)
+    add_tenant(p, "wall")
     p.set_defaults(func=cmd_cancel)
 
     p = sub.add_parser("approvals", help="list approvals")
-    p.add_argument("--tenant")
+    add_tenant(p, "filter")
     p.add_argument(
         "--status",
         default="pending",
         choices=["pending", "granted", "denied", "expired", "used", "void", "all"],
+        help="only approvals in this state; all: any state (default %(default)s)",
     )
-    p.add_argument("--json", action="store_true")
+    add_json(p, "print the approvals as a JSON list")
     p.set_defaults(func=cmd_approvals)
 
     for name, func, verb in (("approve", cmd_approve, "grant"), ("deny", cmd_deny, "deny")):
@@ -285,12 +287,16 @@ def register(sub: Any) -> None:
         p.add_argument(
             "--as", dest="as_user", required=True, help="the approver (never the requester)"
         )
-        p.add_argument("--tenant")
-        p.add_argument("--note", default="")
+        add_tenant(p, "wall")
+        p.add_argument(
+            "--note",
+            default="",
+            help="a note kept with the decision (at most 200 characters; default none)",
+        )
         p.set_defaults(func=func)
 
     p = sub.add_parser("dead-letters", help="list tasks that exhausted their retries")
-    p.add_argument("--tenant")
-    p.add_argument("--limit", type=int, default=100)
-    p.add_argument("--json", action="store_true")
+    add_tenant(p, "filter")
+    add_limit(p, 100, "dead letters, newest first")
+    add_json(p, "print the dead letters as a JSON list")
     p.set_defaults(func=cmd_dead_letters)

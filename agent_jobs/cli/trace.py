@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from agent_jobs.cli.args import add_json, add_task_id, add_tenant
 from agent_jobs.cli.reading import reading_store
 from agent_jobs.core.errors import InvalidInput
 from agent_jobs.core.identity import check_tenant_id
@@ -45,7 +46,7 @@ def register(sub: Any) -> None:
         "trace",
         help="show a task's trace (spans from its event log: a waterfall, or --json)",
     )
-    p.add_argument("task_id")
-    p.add_argument("--tenant", help="only if it belongs to this tenant")
-    p.add_argument("--json", action="store_true", help="the trace JSON (seed 004's shape)")
+    add_task_id(p)
+    add_tenant(p, "wall")
+    add_json(p, "print the trace JSON (seed 004's shape) instead of the waterfall")
     p.set_defaults(func=cmd_trace)

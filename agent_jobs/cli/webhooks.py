@@ -17,6 +17,10 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from agent_jobs.cli.args import add_json, add_limit, add_tenant
+
+ENDPOINT = "the endpoint's id, as `webhooks list` shows it"
+
 
 def _service() -> Any:
     from agent_jobs.config import settings  # noqa: PLC0415 - keep `--help` fast
@@ -112,29 +116,35 @@ def register(sub: Any) -> None:
 
     def command(name: str, func: Any, help_: str) -> Any:
         c = cmds.add_parser(name, help=help_)
-        c.add_argument("--tenant", required=True)
+        add_tenant(c, "owner")
         c.set_defaults(func=func)
         return c
 
     c = command("add", cmd_add, "register an endpoint; prints its signing secret once")
-    c.add_argument("url")
+    c.add_argument("url", help="where deliveries are POSTed (checked as the API checks it)")
     c.add_argument("--events", required=True, help="comma-separated event types")
-    c.add_argument("--description", default="")
+    c.add_argument(
+        "--description", default="", help="a note of what it is for (first 200 characters kept)"
+    )
     c = command("list", cmd_list, "the tenant's endpoints")
-    c.add_argument("--json", action="store_true")
+    add_json(c, "print the endpoints as a JSON list")
     for name, func, help_ in (
         ("rotate", cmd_rotate, "a new signing secret (the old one signs beside it for a day)"),
         ("enable", _enabled(True), "enable (after a day of failures disabled it)"),
         ("disable", _enabled(False), "stop sending to it"),
         ("remove", cmd_remove, "remove it, its secrets and its deliveries"),
     ):
-        command(name, func, help_).add_argument("endpoint")
+        command(name, func, help_).add_argument("endpoint", help=ENDPOINT)
     c = command("deliveries", cmd_deliveries, "deliveries, newest first")
-    c.add_argument("--status", choices=("pending", "delivered", "dead"))
-    c.add_argument("--endpoint")
-    c.add_argument("--task")
-    c.add_argument("--limit", type=int, default=50)
-    c.add_argument("--json", action="store_true")
+    c.add_argument(
+        "--status",
+        choices=("pending", "delivered", "dead"),
+        help="only deliveries in this state (default: any)",
+    )
+    c.add_argument("--endpoint", help="only this endpoint's (its id, as `webhooks list` shows)")
+    c.add_argument("--task", help="only the deliveries of this task's events (its id)")
+    add_limit(c, 50, "deliveries, newest first")
+    add_json(c, "print the deliveries as a JSON list")
     c = command("replay", cmd_replay, "send dead deliveries again, with their webhook-id")
     which = c.add_mutually_exclusive_group(required=True)
     which.add_argument("--msg", help="one delivery's webhook-id")
