@@ -92,7 +92,7 @@ def parse_sentinel(url: str, *, setting: str = REDIS_URL_SETTING) -> SentinelTar
 def check_url(url: str, *, setting: str = REDIS_URL_SETTING) -> None:
     """Raise `ConfigError` (one line, naming `setting`) unless `url` is one `client` takes."""
     _check_text(url, setting)
-    if is_sentinel(url):
+    if url.startswith("sentinel://"):
         parse_sentinel(url, setting=setting)
         return
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
@@ -162,7 +162,7 @@ def _check_text(url: str, setting: str) -> None:
         raise ConfigError(f"{setting} must be a string, not {type(url).__name__}")
     if len(url) > MAX_URL_CHARS:
         raise _bad(setting, url, f"longer than {MAX_URL_CHARS} characters")
-    if _CONTROL.search(url.strip()):
+    if _CONTROL.search(url):
         raise _bad(setting, url, "contains a space or a control character")
 
 
