@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agent_jobs.ops.live import StoreSwitches
+from agent_jobs.ops.switches import SwitchSet
 from agent_jobs.orchestrator.leases import LeaseKeeper
 from agent_jobs.orchestrator.runner import Orchestrator
 from agent_jobs.simulation.oracle import Levers
@@ -63,6 +65,9 @@ class Context:
     faults: StepFaults
     levers_at_start: Levers
     task_id: str | None = None  # the task the step works on (a sweeper's: none)
+    # The levers in force when the step last read the switches: what its decision rests on (a
+    # lever let go between the step's start and its read is rightly not obeyed).
+    levers_read: Levers | None = None
     stalled: bool = False  # its worker stalled past its lease and the task was taken over
 
 
@@ -88,3 +93,19 @@ class Interleaving:
             return result
 
         return call
+
+
+class ReadSwitches:
+    """The operator's switches as the runtime reads them, telling the world each read: the oracle
+    judges a send by the levers of the step's last read and of the send's moment."""
+
+    def __init__(self, inner: StoreSwitches, world: World) -> None:
+        self._inner = inner
+        self._world = world
+
+    def current(self) -> SwitchSet:
+        self._world.switches_read()
+        return self._inner.current()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

@@ -40,6 +40,7 @@ from agent_jobs.simulation.systems import Call, Hooks
 from agent_jobs.simulation.workers import (
     Context,
     Interleaving,
+    ReadSwitches,
     SimKeeper,
     StepFaults,
     Worker,
@@ -162,7 +163,7 @@ class World(Hooks):
                 self.clock.millis, lambda n: bytes(self.choices.draw(256) for _ in range(n))
             )
         )
-        previous_switches = live.install(self.operator.switches)
+        previous_switches = live.install(ReadSwitches(self.operator.switches, self))
         try:
             yield
         finally:
@@ -182,6 +183,12 @@ class World(Hooks):
     def _ctx(self) -> Context | None:
         return self.stack[-1] if self.stack else None
 
+    def switches_read(self) -> None:
+        """A step read the switches: its decision rests on the levers in force now."""
+        ctx = self._ctx()
+        if ctx is not None:
+            ctx.levers_read = self.operator.levers
+
     def step_task(self) -> str | None:
         """The task of the step running now, if one is: where other work matters most."""
         return self.stack[0].task_id if self.stack else None
@@ -197,14 +204,16 @@ class World(Hooks):
             return
         self.report.sends += 1
         ctx = self._ctx()
-        at_start = ctx.levers_at_start if ctx is not None else self.operator.levers
+        decided = self.operator.levers
+        if ctx is not None:
+            decided = ctx.levers_read or ctx.levers_at_start
         with self.reading():
             self.oracle.on_send(
                 call,
                 self.calls,
                 self.clock.now(),
                 self.operator.levers,
-                at_start,
+                decided,
                 stalled=ctx is not None and ctx.stalled,
             )
 
