@@ -121,6 +121,7 @@ def cmd_fairness(args: argparse.Namespace) -> int:
         step_ms=args.step_ms,
         workers=args.workers,
         rounds=args.rounds or 5,
+        shared=not args.no_shared,
         progress=not args.json,
     )
     return _print(result, args.json, fairness.render)
