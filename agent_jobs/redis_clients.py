@@ -21,13 +21,13 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, unquote, urlsplit
 
-import redis
-from redis.sentinel import Sentinel
-
 from agent_jobs.core.errors import ConfigError
+
+if TYPE_CHECKING:  # redis is imported where a client is made: the settings parse without it
+    import redis
 
 TIMEOUT_S = 5.0
 SENTINEL_PORT = 26379
@@ -122,6 +122,9 @@ def client(
     command (None: a blocking reader such as a pub/sub listener); `connect_timeout_s`, by
     default the same, bounds opening a connection and every question to a Sentinel. Further
     `options` (`health_check_interval`, ...) go to the connections."""
+    import redis  # noqa: PLC0415
+    from redis.sentinel import Sentinel  # noqa: PLC0415
+
     check_url(url, setting=setting)
     connect_s = connect_timeout_s if connect_timeout_s is not None else timeout_s
     if not is_sentinel(url):
