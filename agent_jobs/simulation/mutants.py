@@ -277,6 +277,25 @@ def _all(*replacements: Any) -> Iterator[None]:
         yield
 
 
+def carried_cas_split() -> Any:
+    """Defect D3, half a transition (Postgres only): with a carried row, the step's connection
+    is chosen for a one-statement compare-and-set, but the pinned CAS writes the row alone and
+    its record (an approval asked for, an effect's outcome) in a statement of its own: the two
+    commit separately, and a crash between them leaves the row without its record."""
+    from agent_jobs.store.backend import postgres  # noqa: PLC0415
+
+    def make(original: Any) -> Any:
+        def cas_form(guard: Any, patch: Any, *, returning: bool) -> Any:
+            form = original(guard, patch, returning=returning)
+            if guard.seq is not None or guard.unheld:
+                return replace(form, whole=True)
+            return form
+
+        return cas_form
+
+    return _replaced(postgres, "cas_form", make)
+
+
 class _With:
     """A workflow with one hook replaced (the rest are the workflow's own)."""
 
@@ -302,6 +321,7 @@ MUTANTS: dict[str, Callable[[], Any]] = {
     "no_epoch_fence": no_epoch_fence,
     "failed_effect_step_parks": failed_effect_step_parks,
     "decision_dropped_while_leased": decision_dropped_while_leased,
+    "carried_cas_split": carried_cas_split,
 }
 # The defects of issue 29's review, put back (D2 and D4 are mutants above too).
 DEFECTS = {
@@ -310,6 +330,7 @@ DEFECTS = {
     "D4 a correct effect escalated": "found_in_other_shape",
     "D5 a slow grant": "decision_dropped_while_leased",
     "D6 a poison row (its precondition)": "terminal_keeps_lease",
+    "D3 half a transition": "carried_cas_split",
 }
 
 

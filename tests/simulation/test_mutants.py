@@ -32,7 +32,13 @@ BUDGET = {
 }
 # Mutants the simulator does not catch yet, with why (none today: a mutant moves here only with
 # the reason, so none is forgotten).
-NOT_CAUGHT_YET: dict[str, str] = {}
+NOT_CAUGHT_YET: dict[str, str] = {
+    # D3 needs a quick step on a carried row (Guard.carried) whose patch writes a record (an
+    # approval asked for, an effect's outcome). Measured on Postgres (--database postgres), all
+    # five scenarios: 117 carried guards in 70 schedules, none with a record; no workflow's
+    # quick step writes one today. tests/contract/test_store_carried_cas.py holds the defect.
+    "carried_cas_split": "no carried-row transition with a record in 70 Postgres schedules",
+}
 
 
 def test_every_mutant_is_either_held_to_a_budget_or_listed_as_not_caught() -> None:
