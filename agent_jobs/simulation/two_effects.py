@@ -153,9 +153,14 @@ def scripted_model(request: ModelRequest) -> dict[str, Any]:
                   currency="EUR")  # fmt: skip
 
 
-def laptop_agent(fleet: Fleet, sources: Callable[[Agent], None] | None = None) -> Agent:
+def laptop_agent(
+    fleet: Fleet, sources: Callable[[Agent], None] | None = None, *, approve_plan: bool = False
+) -> Agent:
     """The agent, its tools Python functions over `fleet`, or those `sources` declares on it
-    (`tool_sources`: OpenAPI and MCP) under the same names."""
+    (`tool_sources`: OpenAPI and MCP) under the same names. `approve_plan`: a plan that needs a
+    person is one approval of both effects; its rule then leaves "disabled before ordered" to
+    the plan's order (an order is proposed beside the disable), which the oracle still holds
+    the sends to."""
     agent = Agent(
         "lost_laptop",
         input=LostLaptop,
@@ -164,6 +169,7 @@ def laptop_agent(fleet: Fleet, sources: Callable[[Agent], None] | None = None) -
             {"EUR": APPROVAL_ABOVE_MINOR}, amount="price_minor", tools=[ORDER])]),
         scripted_model=scripted_model,
         max_effects=2,
+        approve_plan=approve_plan,
     )  # fmt: skip
 
     if sources is not None:
@@ -176,7 +182,8 @@ def laptop_agent(fleet: Fleet, sources: Callable[[Agent], None] | None = None) -
         device = facts.read("devices.get", device_id=call.args["device_id"])
         if device is None or device["status"] != "active":
             return deny("device_not_active")
-        if call.tool == ORDER and facts.effect(DISABLE, device_id=call.args["device_id"]) is None:
+        disabled = facts.effect(DISABLE, device_id=call.args["device_id"]) is not None
+        if call.tool == ORDER and not disabled and not approve_plan:
             return deny("device_not_disabled")
         if call.tool == ORDER and call.args["price_minor"] != device["replacement_minor"]:
             return deny("not_the_replacement_price")
@@ -246,7 +253,10 @@ class TwoEffectsScenario:
             from agent_jobs.simulation.tool_sources import declare_sources  # noqa: PLC0415
 
             sources = lambda agent: declare_sources(agent, fleet, world)  # noqa: E731
-        agent = laptop_agent(fleet, sources)
+        # Every other pair of seeds, one approval for the whole plan (`approve_plan`): a group
+        # of grants, each bound to its action's hash and used at its own turn. From the seed,
+        # not drawn, so the other seeds' schedules stay as they were.
+        agent = laptop_agent(fleet, sources, approve_plan=world.seed % 4 >= 2)
         model = ScriptedModel(rules=agent.scripted_model)
         agent.use(gateway=model.gateway(), credentials=HmacCredentialProvider("sim-secret-" * 4))
         registry.register(agent)

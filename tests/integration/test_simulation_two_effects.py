@@ -14,6 +14,7 @@ import pytest
 from agent_jobs.simulation import scenarios
 from agent_jobs.simulation import two_effects as te
 from agent_jobs.simulation.run import Databases, run_schedule
+from agent_jobs.store import transition
 
 
 @pytest.fixture
@@ -52,8 +53,8 @@ def test_a_replacement_ordered_without_its_approval_is_caught(
 ) -> None:
     built = te.laptop_agent
 
-    def no_threshold(fleet: te.Fleet) -> Any:
-        agent = built(fleet)
+    def no_threshold(fleet: te.Fleet, *args: Any, **kwargs: Any) -> Any:
+        agent = built(fleet, *args, **kwargs)
         agent.policy = replace(agent.policy, thresholds=())
         return agent
 
@@ -72,3 +73,32 @@ def test_a_replacement_ordered_without_its_approval_is_caught(
         databases.close()
     assert caught is not None and caught.invariant == "authorised", caught
     assert "replace:" in str(caught.violation)
+
+
+def test_one_approval_of_a_plan_holds_every_invariant_under_faults(
+    registered: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seeds 2 and 3 of every four run the agent with `approve_plan`: a plan that needs a person
+    is one approval of both effects, a grant per action hash used at its own turn. The oracle
+    judges every send as above (the order only after the disable applied, its grant live and
+    consumed), and the systems applied each effect once."""
+    groups: list[str] = []
+    original = transition.request_members
+
+    def counted(conn: Any, task: Any, req: Any) -> None:
+        groups.append(req.approval_id)
+        original(conn, task, req)
+
+    monkeypatch.setattr(transition, "request_members", counted)
+    databases = Databases()
+    try:
+        seeds = [s for s in range(40) if s % 4 >= 2]
+        outcomes = [run_schedule(databases, seed, scenario="two_effects") for seed in seeds]
+    finally:
+        databases.close()
+    failed = [
+        (o.seed, o.invariant, str(o.violation or o.error)[:200]) for o in outcomes if o.failed
+    ]
+    assert failed == []
+    assert len(groups) >= 3, groups  # plans asked as one, under drawn faults
+    assert registered["replace"] >= 3, registered  # and orders sent on their group's grant
