@@ -14,7 +14,7 @@ import pytest
 from agent_jobs.simulation import scenarios
 from agent_jobs.simulation import two_effects as te
 from agent_jobs.simulation.run import Databases, run_schedule
-from agent_jobs.store import transition
+from agent_jobs.store import approval_groups, transition
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def test_one_approval_of_a_plan_holds_every_invariant_under_faults(
     judges every send as above (the order only after the disable applied, its grant live and
     consumed), and the systems applied each effect once."""
     groups: list[str] = []
-    original = transition.request_members
+    original = approval_groups.request_members  # what transition calls, by its own name
 
     def counted(conn: Any, task: Any, req: Any) -> None:
         groups.append(req.approval_id)
