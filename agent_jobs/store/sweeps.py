@@ -56,13 +56,10 @@ def expired_leases(
     others. Each row is written in a savepoint, so a refused write rolls back only its own row.
     A database that cannot serve now (`UNAVAILABLE`: a lost connection, a lock or statement
     timeout, a deadlock) is no fault of the row: that still ends the sweep, to be run again."""
-    # Every sweep orders by its timer, then the id: ties (rows stamped in one instant) come in
-    # one order on every run, which replaying a simulated schedule on Postgres needs; an index
-    # on the timer still serves the order, the id only sorting the ties (incremental sort).
     q = backend.skip_locked(
         select(tasks)
         .where(tasks.c.lease_expires_at < db_now())
-        .order_by(tasks.c.lease_expires_at, tasks.c.id)
+        .order_by(tasks.c.lease_expires_at)
         .limit(limit)
     )
     out: list[Dispatch] = []
@@ -101,7 +98,7 @@ def lost_dispatch(
         & or_(tasks.c.dispatched_at.is_(None), tasks.c.dispatched_at < cutoff)
     )
     ids = backend.skip_locked(
-        select(tasks.c.id).where(cond).order_by(tasks.c.created_at, tasks.c.id).limit(limit)
+        select(tasks.c.id).where(cond).order_by(tasks.c.created_at).limit(limit)
     )
     stmt = (
         update(tasks)
@@ -129,7 +126,7 @@ def due_timers(
         )
     )
     ids = backend.skip_locked(
-        select(tasks.c.id).where(cond).order_by(tasks.c.next_attempt_at, tasks.c.id).limit(limit)
+        select(tasks.c.id).where(cond).order_by(tasks.c.next_attempt_at).limit(limit)
     )
     stmt = (
         update(tasks)
@@ -147,10 +144,7 @@ def expired_approvals(backend: Backend, conn: Connection, limit: int) -> list[Di
         approvals.c.expires_at <= db_now()
     )
     ids = backend.skip_locked(
-        select(approvals.c.id)
-        .where(cond)
-        .order_by(approvals.c.expires_at, approvals.c.id)
-        .limit(limit)
+        select(approvals.c.id).where(cond).order_by(approvals.c.expires_at).limit(limit)
     )
     rows = conn.execute(
         update(approvals)
