@@ -17,6 +17,7 @@ from sqlalchemy import Connection, insert, select, update
 from agent_jobs.core.contracts import ApprovalView
 from agent_jobs.core.identity import principal
 from agent_jobs.core.patch import ApprovalRequest
+from agent_jobs.store.backend.statements import pending_approval_values
 from agent_jobs.store.rows import TaskRow, approval_from_row
 from agent_jobs.store.schema import approvals
 from agent_jobs.store.types import db_now
@@ -34,19 +35,7 @@ def request_members(conn: Connection, task: TaskRow, req: ApprovalRequest) -> No
     for m in req.members:
         conn.execute(
             insert(approvals).values(
-                id=m.approval_id,
-                task_id=task.id,
-                tenant_id=task.tenant_id,
-                tool=m.action.tool,
-                tool_version=m.action.tool_version,
-                args=m.action.args,
-                action_hash=m.action.action_hash,
-                policy_version=req.policy_version,
-                requester=req.requester,
-                requester_principal=principal(req.requester),
-                approver=None,
-                status="pending",
-                reason=m.reason[:500],
+                **pending_approval_values(task, req, m.approval_id, m.action, m.reason),
                 created_at=created,
                 expires_at=expires,
                 group_id=head,

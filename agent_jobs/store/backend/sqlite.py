@@ -274,19 +274,7 @@ class SqliteBackend(Backend):
     def request_approval(self, conn: Connection, task: TaskRow, req: ApprovalRequest) -> None:
         conn.execute(
             insert(approvals).values(
-                id=req.approval_id,
-                task_id=task.id,
-                tenant_id=task.tenant_id,
-                tool=req.action.tool,
-                tool_version=req.action.tool_version,
-                args=req.action.args,
-                action_hash=req.action.action_hash,
-                policy_version=req.policy_version,
-                requester=req.requester,
-                requester_principal=principal(req.requester),
-                approver=None,
-                status="pending",
-                reason=req.reason[:500],
+                **core.pending_approval_values(task, req, req.approval_id, req.action, req.reason),
                 created_at=db_now(),
                 expires_at=db_now_plus(req.ttl_s),
                 decided_at=None,

@@ -13,6 +13,9 @@ from typing import Any
 
 from sqlalchemy import Column, bindparam, or_, select, text, update
 
+from agent_jobs.core.contracts import Action
+from agent_jobs.core.identity import principal
+from agent_jobs.core.patch import ApprovalRequest
 from agent_jobs.core.states import TERMINAL
 from agent_jobs.store.rows import TaskRow
 from agent_jobs.store.schema import approvals, tasks
@@ -87,3 +90,26 @@ SEED_COLUMNS = (
     "version, lease_owner, lease_expires_at, lease_epoch, next_attempt_at, dispatched_at, "
     "attempts, cancel_requested_at, state, outcome, event_seq, trace_id, created_at, updated_at"
 )
+
+
+def pending_approval_values(
+    task: TaskRow, req: ApprovalRequest, approval_id: str, action: Action, reason: str
+) -> dict[str, Any]:
+    """An `approvals` row asked for `action` under `req` (its policy version and requester),
+    pending: the request's own row or one of its group's (`approval_groups`). The times are
+    the caller's (the clock for a request, the head's for its group)."""
+    return {
+        "id": approval_id,
+        "task_id": task.id,
+        "tenant_id": task.tenant_id,
+        "tool": action.tool,
+        "tool_version": action.tool_version,
+        "args": action.args,
+        "action_hash": action.action_hash,
+        "policy_version": req.policy_version,
+        "requester": req.requester,
+        "requester_principal": principal(req.requester),
+        "approver": None,
+        "status": "pending",
+        "reason": reason[:500],
+    }
