@@ -82,8 +82,18 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     # EXECUTING -> RETRY_WAIT: throttled before commit (nothing applied). A step that raised in
     # EXECUTING may have sent the effect: EXEC_UNKNOWN, reconciled by its key, never RETRY_WAIT.
     # EXECUTING -> ESCALATED: the throttling outlasted its bound, or the failures their count.
+    # EXECUTING -> APPROVAL_WAIT: the grant ran out between the intent's commit and the send (a
+    # worker that paused there); not sent, the intent closed as not applied, a person asked again.
     S.EXECUTING: frozenset(
-        {S.VERIFYING, S.RUNNING, S.EXEC_UNKNOWN, S.RETRY_WAIT, S.ESCALATED, S.FAILED}
+        {
+            S.VERIFYING,
+            S.RUNNING,
+            S.EXEC_UNKNOWN,
+            S.RETRY_WAIT,
+            S.APPROVAL_WAIT,
+            S.ESCALATED,
+            S.FAILED,
+        }
     ),
     # EXEC_UNKNOWN -> EXEC_UNKNOWN records a reconcile read that itself failed (the system of
     # record did not answer); the task stays unknown and the unknown-sweeper tries again later.

@@ -51,6 +51,7 @@ class ApprovalSteps(StepBase):
         needed, go on."""
         action = decision.action
         if auth.kind == "needs_approval":
+            s.approval_read_at = self.monotonic()
             found = self.store.plan_grant(s.task.id, action.action_hash)
             if found is not None:
                 approval, now = found
@@ -97,7 +98,13 @@ class ApprovalSteps(StepBase):
     # -- asked again: every resend of a recorded intent ----------------------------------------
 
     def authorize_resend(
-        self, s: Session, action: Action, rt: dict[str, Any], *, not_applied: str
+        self,
+        s: Session,
+        action: Action,
+        rt: dict[str, Any],
+        *,
+        not_applied: str,
+        grant_lapsed: bool = False,
     ) -> Patch | None:
         """Ask the policy and the levers in force now before a recorded intent goes out again
         (a resend after a throttle, a retry after reconcile found nothing): invariant 11. None
@@ -106,7 +113,8 @@ class ApprovalSteps(StepBase):
         same policy version); otherwise a person is asked again (APPROVAL_WAIT). `deny`: not
         sent, escalated. `not_applied`: what says nothing was applied under the key (`throttled`:
         a definitive refusal; `not_found`: a reconcile read), the code an intent stopped here
-        is closed with: failed, never left open for a cancel to leave behind."""
+        is closed with: failed, never left open for a cancel to leave behind. `grant_lapsed`:
+        the worker's own clock says the grant ran out (`EffectSteps.grant_lapsed`)."""
         auth = self.authorize(s, action)
         rt["last_policy"] = {
             "decision": auth.kind,
@@ -137,7 +145,12 @@ class ApprovalSteps(StepBase):
         if auth.kind == "allow":
             return None
         approval_id = rt.get("approval_id")
-        problem = self._grant_problem(str(approval_id), action, auth) if approval_id else "none"
+        if not approval_id:
+            problem: str | None = "none"
+        elif grant_lapsed:
+            problem = "expired"
+        else:
+            problem = self._grant_problem(s, str(approval_id), action, auth)
         if problem is None:
             return None
         if problem == "expired":
@@ -159,15 +172,18 @@ class ApprovalSteps(StepBase):
         approval_id = s.runtime().get("approval_id")
         if auth.kind == "deny" or not approval_id:
             return False
-        return self._grant_problem(str(approval_id), action, auth) is None
+        return self._grant_problem(s, str(approval_id), action, auth) is None
 
     def _grant_problem(
-        self, approval_id: str, action: Action, auth: wf.Authorization
+        self, s: Session, approval_id: str, action: Action, auth: wf.Authorization
     ) -> str | None:
         """Why the grant consumed with this intent no longer covers sending it again (None if
-        it does). The one grant check (`validate_grant`), its use being this very intent:
-        approval covers the intent, not the number of attempts, but not past its expiry."""
+        it does, and the send's deadline is then its expiry: `grant_deadline`). The one grant
+        check (`validate_grant`), its use being this very intent: approval covers the intent,
+        not the number of attempts, but not past its expiry."""
+        s.approval_read_at = self.monotonic()
         approval, now = self.store.approval_at_now(approval_id)
+        self.grant_deadline(s, approval.expires_at, now)
         if approval.status != "used":
             return "not_granted"
         grant = Grant(
@@ -181,6 +197,14 @@ class ApprovalSteps(StepBase):
             used_at=None,
         )
         return validate_grant(grant, action.action_hash, auth.policy_version, now).reason
+
+    def grant_deadline(self, s: Session, expires_at: Any, now: Any) -> None:
+        """Note when the grant runs out on this worker's clock: its time left by the database's
+        clock (`now`, read with it), counted from just before that read was sent
+        (`approval_read_at`), so that a read that took long only brings the deadline closer.
+        Skew between the two clocks cannot matter; only how long the worker takes from the read
+        to the send does."""
+        s.grant_until = s.approval_read_at + (expires_at - now).total_seconds()
 
     def _ask(
         self,
@@ -208,6 +232,7 @@ class ApprovalSteps(StepBase):
 
     def approval_wait(self, s: Session) -> Patch | None:
         rt = s.runtime()
+        s.approval_read_at = self.monotonic()
         approval, now = self.store.approval_at_now(rt["approval_id"])
         if s.task.cancel_requested:
             return self.cancelled(s)
@@ -263,6 +288,7 @@ class ApprovalSteps(StepBase):
         ).reason
         if problem is None and auth.kind == "deny":
             problem = "policy_denies_now"
+        self.grant_deadline(s, approval.expires_at, now)
         if problem is not None:
             rt["pending_action"] = None
             rt["approval_id"] = None

@@ -101,12 +101,26 @@ class EffectSteps(StepBase):
                 POLL_INTERVAL_S, f"{code}: {message}", by_operator=True
             )
             return self.effect_outcome(s, action, outcome)
+        if self.grant_lapsed(s):
+            # The last check before the send, on the worker's clock alone (no read after it that
+            # could take time): a worker that paused after committing the intent does not send
+            # on a grant that ran out meanwhile. Not sent; a person is asked again, unless the
+            # policy of now needs none.
+            stop = self.authorize_resend(
+                s, action, s.runtime(), not_applied="approval_expired", grant_lapsed=True
+            )
+            if stop is not None:
+                return stop
         try:
             outcome = s.workflow.execute(s.execute_input(action), action)
         except Exception as exc:  # we cannot know whether the request left: unknown, not failed
             log.exception("execute raised for %s", s.task.id)
             outcome = wf.EffectUnknown(f"execute raised {type(exc).__name__}: {exc}")
         return self.effect_outcome(s, action, outcome)
+
+    def grant_lapsed(self, s: Session) -> bool:
+        """Whether the grant this step's intent rests on has run out by the worker's clock."""
+        return s.grant_until is not None and self.monotonic() >= s.grant_until
 
     def effect_outcome(self, s: Session, action: Action, outcome: wf.EffectOutcome) -> Patch:
         rt = s.runtime()

@@ -90,6 +90,7 @@ class Orchestrator(QuickStep, LeasedStep):
         keeper: LeaseKeeper | None = None,
         rand: Callable[[], float] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.workflows = workflows
@@ -103,7 +104,9 @@ class Orchestrator(QuickStep, LeasedStep):
         self._rand = rand or random.random
         # Tries of a step that found the database unreachable (this process, all threads).
         self.outage_retries = 0
-        self.steps = Steps(store, settings, self.observer, **({"rand": rand} if rand else {}))
+        self.steps = Steps(
+            store, settings, self.observer, rand=rand or random.random, monotonic=monotonic
+        )
 
     # -- entry points used by the API, the CLI and the client -------------------------------
 

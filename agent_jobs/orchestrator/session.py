@@ -32,6 +32,12 @@ class Session:
     # The operator switches in force when this step's policy last decided (`StepBase.authorize`):
     # if they changed before the send, the decision is asked again (`decision_stands`).
     levers: Any = None
+    # When the grant this step's intent rests on runs out, on the worker's monotonic clock (its
+    # time left, read with the database's clock, added to when it was read): None without one.
+    # The last check before the send (`EffectSteps.grant_lapsed`).
+    grant_until: float | None = None
+    # The worker's monotonic clock just before this step's last read of an approval.
+    approval_read_at: float = 0.0
 
     @property
     def task(self) -> Any:

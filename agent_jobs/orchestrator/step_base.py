@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import replace
@@ -46,11 +47,15 @@ class StepBase(ABC):
         settings: Settings,
         observer: Observer,
         rand: Callable[[], float] = random.random,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.settings = settings
         self.observer = observer
         self.rand = rand
+        # The worker's own clock, for how long ago something was read (a grant's time left):
+        # never compared with the database's clock, only with itself.
+        self.monotonic = monotonic
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -216,7 +221,13 @@ class StepBase(ABC):
 
     @abstractmethod
     def authorize_resend(
-        self, s: Session, action: Action, rt: dict[str, Any], *, not_applied: str
+        self,
+        s: Session,
+        action: Action,
+        rt: dict[str, Any],
+        *,
+        not_applied: str,
+        grant_lapsed: bool = False,
     ) -> Patch | None:
         """Ask the policy and levers of now before a recorded intent goes out again: None to
         send, or the patch that stops it (`ApprovalSteps`)."""

@@ -71,6 +71,9 @@ class ScheduleDatabases(Protocol):
     clock: VirtualClock
     transactions: OpenTransactions
 
+    # Whether `example@1` runs its I/O-free steps as quick ones on these databases (`run`).
+    quick_steps: bool
+
     def fresh(self) -> AbstractContextManager[Store]: ...
 
     def machine_failure(self) -> str | None:
@@ -85,6 +88,8 @@ class Databases:
     """One SQLite engine for every schedule of a process, on a file that a migrated template is
     copied over before each schedule: the engine's compiled statements outlive the schedules,
     the data does not. Its clock is whichever world runs now."""
+
+    quick_steps = False
 
     def __init__(self) -> None:
         # In memory where the machine has a tmpfs: a schedule commits hundreds of times.
@@ -134,7 +139,13 @@ class Databases:
 class PostgresDatabases:
     """A Postgres database of this process's own, copied from the run's template (or from one
     it makes and drops itself), emptied before each schedule: every schedule starts with no
-    connection and no row, as the first one did, so a seed replays the same alone or in a run."""
+    connection and no row, as the first one did, so a seed replays the same alone or in a run.
+
+    Here `example@1` declares its I/O-free steps quick (on Postgres a quick step is one round
+    trip, the path deployments take): the two modes between them cover both ways to a payout,
+    and the SQLite seeds keep the schedules their figures were measured on."""
+
+    quick_steps = True
 
     def __init__(self, database: Database) -> None:
         assert database.url is not None

@@ -107,8 +107,9 @@ class Oracle:
         """`stalled`: the sender stalled past its lease after committing the intent, and the
         task was taken over meanwhile. Nothing in the runtime can stop that send (it was on its
         way; only the key fences it at the system): it is held to its committed intent and its
-        authorisation (a grant consumed, whether or not it has expired since), and the system's
-        applying a key once to `applied_once`."""
+        authorisation, and the system's applying a key once to `applied_once`. Its grant must
+        still be live at the send, stalled or not: the sender's last check is on its own clock,
+        after its last read (`EffectSteps.grant_lapsed`)."""
         self.checked_sends += 1
         found = self.task_for_key(call.key)
         if found is None:
@@ -132,19 +133,15 @@ class Oracle:
             if decision == "deny":
                 raise Violation("authorised", f"{call.key} sent though the policy denies it")
             if decision == "needs_approval":
-                # A stalled sender's grant was live when its intent consumed it (the store
-                # refuses an expired one); the stall, not the runtime, made the send late.
-                self._granted(task, effect.action_hash, now, call.key, live=not stalled)
+                self._granted(task, effect.action_hash, now, call.key)
 
-    def _granted(
-        self, task: TaskRow, action_hash: str, now: datetime, key: str, *, live: bool = True
-    ) -> None:
+    def _granted(self, task: TaskRow, action_hash: str, now: datetime, key: str) -> None:
         for a in self.store.list_approvals(task.tenant_id, task_id=task.id):
             if a.action_hash != action_hash or a.status != "used":
                 continue
             if a.approver is None or a.approver == a.requester:
                 raise Violation("authorised", f"{key}: approved by its requester")
-            if a.expires_at > now or not live:
+            if a.expires_at > now:
                 return
         raise Violation(
             "authorised", f"{key} sent without a live, consumed grant for its action hash"

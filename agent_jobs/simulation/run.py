@@ -23,7 +23,7 @@ from agent_jobs.simulation.databases import (
     open_databases,
 )
 from agent_jobs.simulation.oracle import Violation
-from agent_jobs.simulation.scenarios import SCENARIOS
+from agent_jobs.simulation.scenarios import SCENARIOS, ExampleScenario
 from agent_jobs.simulation.world import Report, World
 
 __all__ = ["Databases", "Outcome", "Summary", "explore", "run_schedule", "shrink"]
@@ -60,7 +60,10 @@ def run_schedule(
 ) -> Outcome:
     choices = Choices(seed, replay)
     with databases.fresh() as store, _quiet_logs():
-        world = World(seed, store, SCENARIOS[scenario](), choices, databases.transactions)
+        made = SCENARIOS[scenario]()
+        if databases.quick_steps and isinstance(made, ExampleScenario):
+            made.quick_payout = True
+        world = World(seed, store, made, choices, databases.transactions)
         databases.clock = world.clock
         try:
             report = world.run(actions)

@@ -52,13 +52,17 @@ class ExampleScenario:
         self.policies: dict[str, PolicyOracle] = {"example": example_policy}
         self.unwrap: dict[str, Unwrap] = {"example": lambda stored: stored}
         self.systems: list[SystemOfRecord] = []
+        # Declare the steps that do no I/O quick (`QuickSteps`): the payout is then proposed in
+        # a step without a lease, refused at its intent's commit and redone under one.
+        self.quick_payout = False
 
     def install(self, world: World, registry: WorkflowRegistry) -> None:
         from agent_jobs.workflows.example import ExampleWorkflow  # noqa: PLC0415
 
         ledger = SystemOfRecord("ledger.transfer", world.choices, world.clock, world.calls, world)
         self.systems.append(ledger)
-        registry.register(ExampleWorkflow(backend=Ledger(ledger), call_timeout_s=60.0))  # type: ignore[arg-type]
+        kind = _quick_example() if self.quick_payout else ExampleWorkflow
+        registry.register(kind(backend=Ledger(ledger), call_timeout_s=60.0))  # type: ignore[arg-type]
 
     def new_task(self, choices: Choices, n: int) -> tuple[str, dict[str, Any]]:
         amount = (5_000, 150_000, 5_000, 150_000, 20_000_000)[choices.draw(5)]
@@ -77,6 +81,23 @@ class ExampleScenario:
     def heal(self) -> None:
         for system in self.systems:
             system.faults = False
+
+
+def _quick_example() -> type[Any]:
+    """`example@1` declaring quick the steps that do no I/O: the start, and the decision after
+    the reads that proposes the payout (whose execute then needs a lease: `_NeedsLease`)."""
+    from agent_jobs.orchestrator.workflow import StepInput  # noqa: PLC0415
+    from agent_jobs.workflows.example import ExampleWorkflow  # noqa: PLC0415
+
+    class QuickExample(ExampleWorkflow):
+        def quick(self, inp: StepInput) -> bool:
+            state = inp.state or {}
+            if not state:
+                return True
+            reads = inp.input.get("reads", 1)
+            return bool(state.get("reads_done", 0) >= reads and not state.get("transfer"))
+
+    return QuickExample
 
 
 def order_policy(task: TaskRow, args: dict[str, Any], levers: Levers) -> str:

@@ -7,11 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agent_jobs.core.errors import IllegalTransition
 from agent_jobs.ops.live import StoreSwitches
 from agent_jobs.ops.switches import SwitchSet
 from agent_jobs.orchestrator.leases import LeaseKeeper
 from agent_jobs.orchestrator.runner import Orchestrator
-from agent_jobs.simulation.oracle import Levers
+from agent_jobs.simulation.oracle import Levers, Violation
 from agent_jobs.store import Lease, Store
 
 if TYPE_CHECKING:
@@ -88,7 +89,13 @@ class Interleaving:
         world = self._world
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            result = value(*args, **kwargs)
+            try:
+                result = value(*args, **kwargs)
+            except IllegalTransition as exc:
+                # The store refused it, as it must (invariant 1); but the runtime asking for a
+                # transition the table does not have is its bug, whatever handler would then
+                # count it as a failed attempt and carry on.
+                raise Violation("legal_transitions", f"the runtime asked for {exc}") from exc
             world.after_store_call(name)
             return result
 

@@ -152,6 +152,7 @@ class World(Hooks):
             keeper=keeper,
             rand=self.choices.unit,
             sleep=self.clock.advance,
+            monotonic=self.clock.monotonic,
         )
         return Worker(name, incarnation, orch, keeper)
 

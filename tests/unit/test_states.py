@@ -49,7 +49,16 @@ DESIGN_TABLE: dict[Status, set[Status]] = {
         S.CANCELLED,
     },
     S.APPROVAL_WAIT: {S.EXECUTING, S.RUNNING, S.APPROVAL_WAIT, S.ESCALATED, S.FAILED, S.CANCELLED},
-    S.EXECUTING: {S.VERIFYING, S.RUNNING, S.EXEC_UNKNOWN, S.RETRY_WAIT, S.ESCALATED, S.FAILED},
+    # APPROVAL_WAIT: the grant ran out before the send (issue 29, simulator seed 53 on Postgres).
+    S.EXECUTING: {
+        S.VERIFYING,
+        S.RUNNING,
+        S.EXEC_UNKNOWN,
+        S.RETRY_WAIT,
+        S.APPROVAL_WAIT,
+        S.ESCALATED,
+        S.FAILED,
+    },
     # The self-loop records a reconcile read that itself failed (see states.py).
     S.EXEC_UNKNOWN: {
         S.VERIFYING,
@@ -81,10 +90,10 @@ def test_the_table_is_the_one_in_design_md() -> None:
 
 
 def test_pair_counts_cover_the_whole_square() -> None:
-    # 11 statuses: 121 ordered pairs, 43 legal ones, the rest refused.
+    # 11 statuses: 121 ordered pairs, 44 legal ones, the rest refused.
     assert len(ALL_PAIRS) == 121
-    assert len(LEGAL) == 43
-    assert len(ILLEGAL) == 121 - 43
+    assert len(LEGAL) == 44
+    assert len(ILLEGAL) == 121 - 44
 
 
 @pytest.mark.parametrize("pair", ILLEGAL, ids=[_id(p) for p in ILLEGAL])
