@@ -31,7 +31,7 @@ help:
 	@echo "make demo      the payout and refund incidents end to end, embedded (no services needed)"
 	@echo "make demo-agent   your own agent: the order-cancellation example, end to end, embedded"
 	@echo "make demo-helpdesk   an agent with two effects (OpenAPI and MCP tools), embedded"
-	@echo "make test      the test suite (Postgres/Redis tests skip if those are down)"
+	@echo "make test      the test suite in TEST_JOBS=3 processes (Postgres/Redis tests skip if those are down)"
 	@echo "make eval      the golden-refund and safety eval suites (5 runs a case; exit status = gate)"
 	@echo "make lint      ruff and mypy --strict"
 	@echo "make bench     the runtime's three benchmarks on Postgres + Redis"
@@ -68,8 +68,11 @@ demo-agent: $(STAMP)
 demo-helpdesk: $(STAMP)
 	$(BIN)/python -m examples.helpdesk
 
+# The suite runs in TEST_JOBS processes (pytest-xdist), each with a Redis database of its own
+# (the test one, then the next ones: 9, 10, 11 by default); TEST_JOBS=1 runs it in one.
+TEST_JOBS ?= 3
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS))
 
 eval: $(STAMP)
 	$(BIN)/agent-jobs eval --suite golden-refund --json eval-golden.json --html eval-golden.html

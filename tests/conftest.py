@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.services import (
+    DEPLOYMENT_REDIS_ENV,
     PG_ADMIN_URL,
     REDIS_URL,
     UnsafeTestService,
@@ -32,9 +33,18 @@ from tests.services import (
     require_services,
 )
 
-# Judged against the environment as the user exported it, before it is replaced below.
+# Judged against the environment as the user exported it, before it is replaced below. A
+# pytest-xdist worker inherits the replaced one: the first process kept the user's values aside
+# (AGENT_JOBS_TEST_SHELL_*), and each worker judges its own Redis database against them.
+_SHELL = "AGENT_JOBS_TEST_SHELL_"
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _exported = {n: os.environ.get(_SHELL + n, "") for n in DEPLOYMENT_REDIS_ENV}
+else:
+    _exported = {n: os.environ.get(n, "") for n in DEPLOYMENT_REDIS_ENV}
+    for _name, _value in _exported.items():
+        os.environ[_SHELL + _name] = _value
 try:
-    check_test_redis(REDIS_URL, os.environ)
+    check_test_redis(REDIS_URL, _exported)
     _REFUSED: str | None = None
 except UnsafeTestService as exc:
     _REFUSED = str(exc)
@@ -63,6 +73,18 @@ os.environ["AGENT_JOBS_TOOL_SECRET"] = secrets.token_urlsafe(32)
 def pytest_configure(config: pytest.Config) -> None:
     if _REFUSED is not None:
         raise pytest.UsageError(f"agent_jobs tests refused to start: {_REFUSED}")
+
+
+def _long(item: pytest.Item) -> bool:
+    return item.get_closest_marker("slow") is not None or "tests/simulation/" in item.nodeid
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long tests first (marked `slow`, and the simulator's), the rest in their order: run
+    in parallel (`make test`: pytest-xdist), the workers share them out from the start, not one
+    of them left running a four-minute test at the end. The order is the same in every worker,
+    as xdist requires."""
+    items.sort(key=lambda item: 0 if _long(item) else 1)
 
 
 def _need(available: bool, what: str) -> None:

@@ -24,7 +24,6 @@ TEST_DATABASE_PREFIX = "aj_test_"
 DEPLOYMENT_REDIS_ENV = ("AGENT_JOBS_BROKER_URL", "AGENT_JOBS_REDIS_URL")
 
 PG_ADMIN_URL = os.environ.get(TEST_PG_ENV, "postgresql://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = os.environ.get(TEST_REDIS_ENV, "redis://127.0.0.1:6379/9")
 
 
 class UnsafeTestService(Exception):
@@ -39,6 +38,27 @@ def redis_db(url: str) -> int:
         return int(path)
     db = parse_qs(parsed.query).get("db")
     return int(db[0]) if db else 0
+
+
+def worker_redis_url(url: str, worker: str) -> str:
+    """The Redis URL of one pytest-xdist worker (`gw0`, `gw1`, ...): worker N takes the database
+    N after the one named, so that workers flushing "their own" database never flush each
+    other's. Outside xdist (`worker` empty) the URL is unchanged."""
+    if not worker.startswith("gw"):
+        return url
+    n = int(worker[2:])
+    if n == 0:
+        return url
+    parsed = urlparse(url)
+    query = {k: v for k, v in parse_qs(parsed.query).items() if k != "db"}
+    kept = "&".join(f"{k}={v}" for k, vs in query.items() for v in vs)
+    return parsed._replace(path=f"/{redis_db(url) + n}", query=kept).geturl()
+
+
+REDIS_URL = worker_redis_url(
+    os.environ.get(TEST_REDIS_ENV, "redis://127.0.0.1:6379/9"),
+    os.environ.get("PYTEST_XDIST_WORKER", ""),
+)
 
 
 def check_test_redis(test_url: str, env: Mapping[str, str]) -> None:

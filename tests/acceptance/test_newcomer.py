@@ -77,7 +77,10 @@ def test_only_aj_test_databases_are_created_or_dropped() -> None:
 
 
 def _pytest_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_JOBS_")}
+    # A fresh shell's: no AGENT_JOBS_* of this session, and not a pytest-xdist worker's either.
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("AGENT_JOBS_", "PYTEST_XDIST_"))
+    }
     env.update(extra)
     return env
 

@@ -293,7 +293,12 @@ FAR = int(time.time()) + 10**6
 
 
 @pytest.mark.parametrize("claim", ["exp", "nbf", "iat"])
-@pytest.mark.parametrize("value", [str(FAR), "1", True, False, [FAR], {"t": FAR}])
+# Named ids: the values hold the clock, and parallel workers must collect the same test names.
+@pytest.mark.parametrize(
+    "value",
+    [str(FAR), "1", True, False, [FAR], {"t": FAR}],
+    ids=["far-as-text", "one-as-text", "true", "false", "list", "object"],
+)
 def test_time_claims_must_be_numbers(claim: str, value: Any) -> None:
     assert refused(HS, hs(**{claim: value})) in ("invalid_token", "token_expired", "missing_claim")
 
