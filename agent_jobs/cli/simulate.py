@@ -84,7 +84,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "sends_checked": summary.sends,
         "faults_injected": summary.faults,
         "failures": [
-            {"seed": f.seed, "scenario": f.scenario, "invariant": f.invariant}
+            {
+                "seed": f.seed,
+                "scenario": f.scenario,
+                "invariant": f.invariant,
+                "replay": _replay(f, args, database),
+            }
             for f in summary.failures
         ],
     }
@@ -103,25 +108,37 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return _failed(summary.failures[0], args, database)
 
 
-def _failed(first: Any, args: argparse.Namespace, database: Database) -> int:
-    """The first failure: the command that replays it, and its shrunk trace."""
+def _replay(failure: Any, args: argparse.Namespace, database: Database) -> str:
+    """The command that replays one failing schedule, with its trace."""
     mutant_flag = f" --mutant {args.mutant}" if args.mutant else ""
     database_flag = ""
     if database.url is not None:
         from agent_jobs.store.engine import shown_url  # noqa: PLC0415
 
         database_flag = f" --database postgres --database-url {shown_url(database.url)}"
+    return (
+        f"agent-jobs simulate --seed {failure.seed} --schedules 1 "
+        f"--scenario {failure.scenario}{mutant_flag}{database_flag} --trace"
+    )
+
+
+def _failed(first: Any, args: argparse.Namespace, database: Database) -> int:
+    """The first failure: the command that replays it, and its shrunk trace (on stderr under
+    --json, whose stdout is the JSON alone)."""
+    out = sys.stderr if args.json else sys.stdout
     print(
         f"FAILED: seed {first.seed} ({first.scenario}) broke {first.invariant}\n"
-        f"replay: agent-jobs simulate --seed {first.seed} --schedules 1 "
-        f"--scenario {first.scenario}{mutant_flag}{database_flag} --trace"
+        f"replay: {_replay(first, args, database)}",
+        file=out,
     )
     if not args.no_shrink:
         print("shrinking ...", file=sys.stderr)
         outcome = _run_one(first.seed, first.scenario, args)
         small = _run_one(first.seed, first.scenario, args, shrink_from=outcome)
-        print(f"shrunk from {len(outcome.drawn)} choices to {len(small.drawn)}; its trace:")
-        print("\n".join(small.report.trace))
+        print(
+            f"shrunk from {len(outcome.drawn)} choices to {len(small.drawn)}; its trace:", file=out
+        )
+        print("\n".join(small.report.trace), file=out)
     return 1
 
 

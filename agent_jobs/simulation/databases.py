@@ -71,8 +71,10 @@ class ScheduleDatabases(Protocol):
     clock: VirtualClock
     transactions: OpenTransactions
 
-    # Whether `example@1` runs its I/O-free steps as quick ones on these databases (`run`).
-    quick_steps: bool
+    # Whether the runtime's steps may commit statement by statement here (Postgres's autocommit
+    # steps): then `example@1` runs its I/O-free steps quick, the path that takes them, and a
+    # worker may die right after any commit (`run`, `World`).
+    autocommit_steps: bool
 
     def fresh(self) -> AbstractContextManager[Store]: ...
 
@@ -89,7 +91,7 @@ class Databases:
     copied over before each schedule: the engine's compiled statements outlive the schedules,
     the data does not. Its clock is whichever world runs now."""
 
-    quick_steps = False
+    autocommit_steps = False
 
     def __init__(self) -> None:
         # In memory where the machine has a tmpfs: a schedule commits hundreds of times.
@@ -142,10 +144,11 @@ class PostgresDatabases:
     connection and no row, as the first one did, so a seed replays the same alone or in a run.
 
     Here `example@1` declares its I/O-free steps quick (on Postgres a quick step is one round
-    trip, the path deployments take): the two modes between them cover both ways to a payout,
+    trip, the path deployments take), and a worker may die right after any commit (between the
+    statements of an autocommit step): the two modes between them cover both ways to a payout,
     and the SQLite seeds keep the schedules their figures were measured on."""
 
-    quick_steps = True
+    autocommit_steps = True
 
     def __init__(self, database: Database) -> None:
         assert database.url is not None

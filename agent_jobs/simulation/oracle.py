@@ -161,12 +161,38 @@ class Oracle:
                     "terminal_without_lease",
                     f"{task.id} is {task.status.value} and holds a lease ({task.lease_owner})",
                 )
+            self._check_records(task)
             if task.status is Status.RETRY_WAIT:
                 rt = task.state.get("runtime") or {}
                 if not isinstance(rt.get("park"), dict) or not rt["park"].get("reason"):
                     raise Violation(
                         "parked_says_why", f"{task.id} is in RETRY_WAIT with no park reason"
                     )
+
+    def _check_records(self, task: TaskRow) -> None:
+        """A transition and the records it moves commit together (defect D3, half a
+        transition): a task waiting on an approval has that approval's row, and a task whose
+        effect is unknown has that effect's row, unknown."""
+        rt = task.state.get("runtime") or {}
+        if task.status is Status.APPROVAL_WAIT and rt.get("approval_id"):
+            approval_id = str(rt["approval_id"])
+            if not any(
+                a.approval_id == approval_id
+                for a in self.store.list_approvals(task.tenant_id, task_id=task.id)
+            ):
+                raise Violation(
+                    "records_with_rows",
+                    f"{task.id} waits in APPROVAL_WAIT on {approval_id}, which has no row",
+                )
+        if task.status is Status.EXEC_UNKNOWN and isinstance(rt.get("pending_action"), dict):
+            key = rt["pending_action"].get("idempotency_key")
+            found = self.store.effect(task.id, str(key))
+            if found is None or found.status != "unknown":
+                raise Violation(
+                    "records_with_rows",
+                    f"{task.id} is EXEC_UNKNOWN and its effect {key} is "
+                    f"{found.status if found else 'missing'}",
+                )
 
     # -- at the end ------------------------------------------------------------------------
 

@@ -61,9 +61,16 @@ def run_schedule(
     choices = Choices(seed, replay)
     with databases.fresh() as store, _quiet_logs():
         made = SCENARIOS[scenario]()
-        if databases.quick_steps and isinstance(made, ExampleScenario):
+        if databases.autocommit_steps and isinstance(made, ExampleScenario):
             made.quick_payout = True
-        world = World(seed, store, made, choices, databases.transactions)
+        world = World(
+            seed,
+            store,
+            made,
+            choices,
+            databases.transactions,
+            crash_after_commit=databases.autocommit_steps,
+        )
         databases.clock = world.clock
         try:
             report = world.run(actions)

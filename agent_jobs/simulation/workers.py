@@ -26,9 +26,13 @@ class WorkerCrashed(BaseException):
 @dataclass
 class StepFaults:
     """What goes wrong in one step: before its `crash_at`-th statement the worker dies, or the
-    `error_at`-th statement fails with `error`; around a send it dies (`send`)."""
+    `error_at`-th statement fails with `error`; around a send it dies (`send`); or it dies at
+    the first statement after a write once no transaction is open (`after_commit`: the write
+    committed, alone in an autocommit step or with its transaction)."""
 
     crash_at: int | None = None
+    after_commit: bool = False
+    armed: bool = False  # (after_commit) a write was sent; die once it has committed
     error_at: int | None = None
     error: str = ""
     send: str = ""  # "", "before", "after" or "error_after" (the next statements fail)

@@ -48,6 +48,7 @@ from agent_jobs.simulation.workers import (
 )
 from agent_jobs.store import Dispatch, Store
 from agent_jobs.store import ids as id_source
+from agent_jobs.store.backend.prepared import sql_of
 from agent_jobs.store.seams import (
     DATABASE_ERRORS,
     OpenTransactions,
@@ -56,6 +57,19 @@ from agent_jobs.store.seams import (
 )
 
 log = logging.getLogger(__name__)
+
+# The statements that write: a step armed to die after a commit dies once one has committed.
+WRITES = frozenset({"INSERT", "UPDATE", "DELETE", "WITH"})  # (a WITH may carry writes)
+
+
+def _first_word(sql: str) -> str:
+    if sql.startswith("SELECT set_config("):
+        # On Postgres the simulated clock rides in front of each statement (`use_clock` of
+        # `simulated_postgres`: its value holds no ';').
+        sql = sql.split(";", 1)[-1]
+    words = sql_of(sql.strip()).split(None, 1)  # (a prepared statement's `EXECUTE`: its body)
+    return words[0].upper() if words else ""
+
 
 SETTINGS = Settings(
     lease_ttl_s=30.0,
@@ -102,8 +116,13 @@ class World(Hooks):
         scenario: Scenario,
         choices: Choices,
         transactions: OpenTransactions,
+        *,
+        crash_after_commit: bool = False,
     ) -> None:
         self.seed = seed
+        # Draw deaths right after a commit too (on Postgres, where a step may commit statement
+        # by statement); off on SQLite, whose seeds keep the schedules they were measured on.
+        self.crash_after_commit = crash_after_commit
         self.store = store
         self.choices = choices
         self.clock = VirtualClock()  # the database reads it too (run.Databases)
@@ -243,6 +262,11 @@ class World(Hooks):
         if f.crash_at == n:
             self.fault("crash_at_statement")
             raise WorkerCrashed(f"before statement {n}: {sql[:60]}")
+        if f.armed and self.transactions.count == 0:
+            self.fault("crash_after_commit")
+            raise WorkerCrashed(f"after a commit, before statement {n}: {sql[:60]}")
+        if f.after_commit and _first_word(sql) in WRITES:
+            f.armed = True
         if f.error_at == n:
             f.injected = True
             self.fault(f"db_{f.error}")
@@ -351,7 +375,10 @@ class World(Hooks):
     def _faults(self) -> StepFaults:
         if self.healing or not self.choices.chance(30):
             return StepFaults()
-        kind = self.choices.pick(("crash", "error", "send_before", "send_after", "error_after"))
+        kinds = ("crash", "error", "send_before", "send_after", "error_after")
+        kind = self.choices.pick(kinds + (("after_commit",) if self.crash_after_commit else ()))
+        if kind == "after_commit":
+            return StepFaults(after_commit=True)
         at = self.choices.draw(24)
         if kind == "crash":
             return StepFaults(crash_at=at)

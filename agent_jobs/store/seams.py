@@ -77,9 +77,9 @@ def use_clock(engine: Engine, now: Callable[[], datetime]) -> None:
 
 
 def on_statement(engine: Engine, hook: Callable[[str], None]) -> Callable[[], None]:
-    """Run `hook(sql)` before every statement; returns a function that removes it. It runs
-    first, so it sees the statement as the runtime wrote it (not with the Postgres clock's
-    `set_config` in front)."""
+    """Run `hook(sql)` before every statement; returns a function that removes it. On the
+    simulated Postgres it may see the clock's `set_config` in front of the statement (the
+    listeners of `use_clock` and of the connection it runs on are not ordered by `insert`)."""
 
     def _before(conn: Any, cursor: Any, statement: str, *_args: Any) -> None:
         hook(statement)

@@ -111,6 +111,20 @@ def test_the_command_names_the_seed_and_the_replay_of_a_failure(
     assert "replay: agent-jobs simulate --seed" in out and "--mutant send_before_intent" in out
 
 
+def test_json_output_is_json_alone_with_the_replay_of_each_failure(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["simulate", "--seed", "4", "--schedules", "1", "--scenario", "example",
+                 "--mutant", "send_before_intent", "--json"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 1
+    out = json.loads(captured.out)  # the failure's lines and its trace went to stderr
+    (failure,) = out["failures"]
+    assert failure["invariant"] == "intent_first"
+    assert failure["replay"].startswith("agent-jobs simulate --seed 4 --schedules 1 ")
+    assert "broke intent_first" in captured.err and "its trace:" in captured.err
+
+
 # About 3 minutes on two idle cores; far more on a machine shared with other work, and the
 # suite's 300 s per test is not a benchmark.
 @pytest.mark.timeout(1500)
