@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
+import sqlite3
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
@@ -128,13 +130,16 @@ def pg_database() -> Iterator[str]:
 
 
 def _truncate(store: object) -> None:
+    """Every table emptied, children first. DELETE, not TRUNCATE: a test leaves a few rows, and
+    a TRUNCATE's commit waits on the disk for its new files (about 80 ms here, against 1 ms for
+    the DELETEs in one round trip), before each of about a thousand tests."""
     from agent_jobs.store.schema import metadata
 
     engine = store.engine  # type: ignore[attr-defined]
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
-            names = ", ".join(t.name for t in metadata.sorted_tables)
-            conn.exec_driver_sql(f"TRUNCATE {names} CASCADE")
+            deletes = "; ".join(f"DELETE FROM {t.name}" for t in reversed(metadata.sorted_tables))
+            conn.exec_driver_sql(deletes)
         else:
             for table in reversed(metadata.sorted_tables):
                 conn.execute(table.delete())
@@ -150,13 +155,30 @@ def pg_store(pg_database: str) -> Iterator[object]:
     store.dispose()
 
 
-@pytest.fixture
-def sqlite_store(tmp_path: Path) -> Iterator[object]:
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database migrated to head once per session, compacted into one file: each test's
+    store is a copy (about 0.6 ms, against 75 ms to run the migrations again)."""
     from agent_jobs.store import Store
     from agent_jobs.store.migrate import upgrade
 
-    store = Store.from_url(f"sqlite:///{tmp_path / 'agent_jobs.db'}")
-    upgrade(store.engine)
+    where = tmp_path_factory.mktemp("sqlite-template")
+    built = Store.from_url(f"sqlite:///{where / 'built.db'}")
+    upgrade(built.engine)
+    built.dispose()
+    template = where / "template.db"
+    with closing(sqlite3.connect(where / "built.db")) as db:
+        db.execute(f"VACUUM INTO '{template}'")
+    return template
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path, sqlite_template: Path) -> Iterator[object]:
+    from agent_jobs.store import Store
+
+    path = tmp_path / "agent_jobs.db"
+    shutil.copyfile(sqlite_template, path)
+    store = Store.from_url(f"sqlite:///{path}")
     yield store
     store.dispose()
 
