@@ -36,6 +36,7 @@ from agent_jobs.simulation.meanwhile import check_stranded, check_woken, interle
 from agent_jobs.simulation.operator import LEVERS, Operator
 from agent_jobs.simulation.oracle import Oracle, Violation
 from agent_jobs.simulation.scenarios import Scenario
+from agent_jobs.simulation.step_faults import draw, is_write
 from agent_jobs.simulation.systems import Call, Hooks
 from agent_jobs.simulation.workers import (
     Context,
@@ -48,28 +49,13 @@ from agent_jobs.simulation.workers import (
 )
 from agent_jobs.store import Dispatch, Store
 from agent_jobs.store import ids as id_source
-from agent_jobs.store.backend.prepared import sql_of
 from agent_jobs.store.seams import (
-    DATABASE_ERRORS,
     OpenTransactions,
     database_error,
     on_statement,
 )
 
 log = logging.getLogger(__name__)
-
-# The statements that write: a step armed to die after a commit dies once one has committed.
-WRITES = frozenset({"INSERT", "UPDATE", "DELETE", "WITH"})  # (a WITH may carry writes)
-
-
-def _first_word(sql: str) -> str:
-    if sql.startswith("SELECT set_config("):
-        # On Postgres the simulated clock rides in front of each statement (`use_clock` of
-        # `simulated_postgres`: its value holds no ';').
-        sql = sql.split(";", 1)[-1]
-    words = sql_of(sql.strip()).split(None, 1)  # (a prepared statement's `EXECUTE`: its body)
-    return words[0].upper() if words else ""
-
 
 SETTINGS = Settings(
     lease_ttl_s=30.0,
@@ -82,8 +68,6 @@ SETTINGS = Settings(
     outage_retry_max_s=1.0,
     throttle_max_wait_s=600.0,
 )
-# The database errors that are not an outage (the step is not tried again as one).
-REFUSED = tuple(e for e in DATABASE_ERRORS if e != "connection_lost")
 SWEEPS = ("lease", "dispatch", "retry", "unknown", "approvals", "held")
 ACTIONS = {
     "deliver": 64,
@@ -265,7 +249,7 @@ class World(Hooks):
         if f.armed and self.transactions.count == 0:
             self.fault("crash_after_commit")
             raise WorkerCrashed(f"after a commit, before statement {n}: {sql[:60]}")
-        if f.after_commit and _first_word(sql) in WRITES:
+        if f.after_commit and is_write(sql):
             f.armed = True
         if f.error_at == n:
             f.injected = True
@@ -375,20 +359,7 @@ class World(Hooks):
     def _faults(self) -> StepFaults:
         if self.healing or not self.choices.chance(30):
             return StepFaults()
-        kinds = ("crash", "error", "send_before", "send_after", "error_after")
-        kind = self.choices.pick(kinds + (("after_commit",) if self.crash_after_commit else ()))
-        if kind == "after_commit":
-            return StepFaults(after_commit=True)
-        at = self.choices.draw(24)
-        if kind == "crash":
-            return StepFaults(crash_at=at)
-        if kind == "error":
-            return StepFaults(error_at=at, error=self.choices.pick(DATABASE_ERRORS))
-        if kind == "error_after":
-            # A statement or lock timeout, a deadlock: the database refuses the outcome of a
-            # send, not an outage the step rides out (`error_at` is set when the send applies).
-            return StepFaults(send="error_after", error=self.choices.pick(REFUSED))
-        return StepFaults(send=kind.partition("_")[2])
+        return draw(self.choices, after_commit=self.crash_after_commit)
 
     def deliver(self, *, latest: bool = False) -> None:
         message = self.broker.take_latest() if latest else self.broker.take()
