@@ -23,8 +23,11 @@ caller's side of the call, after the system applied the request and before its a
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import json
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -157,7 +160,7 @@ class InProcessMcp:
         # On this thread, with no deadline of the wall clock: the simulated clock is the one
         # that moves (a slow system), and a schedule replays whatever the machine's load.
         self.failure, self.refusal, self.held.stopped, self.held.later = None, "", None, []
-        result = anyio.run(call)
+        result = _run_here(call)
         if self.held.stopped is not None:
             raise self.held.stopped
         for where in self.held.later:
@@ -206,6 +209,26 @@ class InProcessMcp:
                 self.refusal = exc.code  # a definitive refusal: an `isError` result
             else:
                 self.failure = ConnectionError(f"procurement {exc.code}")
+
+
+def _run_here(call: Callable[[], Awaitable[T]]) -> T:
+    """`call` to its end, the caller waiting. An event loop may already run on this thread (a
+    caller's own, or one a library left marked running, as Playwright's sync API does):
+    `anyio.run` refuses to start a second one there, and the refusal would read as procurement
+    unreachable at every call, a schedule that never sends yet passes. Then the exchange runs
+    on a thread of its own, in this thread's context, and is waited for, so the schedule stays
+    one sequence of steps."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(call)
+    context = contextvars.copy_context()
+
+    def beside() -> T:
+        return context.run(lambda: anyio.run(call))
+
+    with ThreadPoolExecutor(1, thread_name_prefix="sim-mcp") as pool:
+        return pool.submit(beside).result()
 
 
 def _result(value: dict[str, Any]) -> mcp_types.CallToolResult:

@@ -53,7 +53,11 @@ def chromium_path() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+# Package-scoped, not session-scoped: Playwright's sync API leaves this thread marked as running
+# its asyncio loop for as long as the driver lives, and every later test in the process then
+# fails in `asyncio.run`/`anyio.run` ("Already running asyncio in this thread"). Kept for the
+# whole session, it made the simulator's in-process MCP calls fail in every test after these.
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright

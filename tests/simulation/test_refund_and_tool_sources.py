@@ -5,38 +5,16 @@ catches a mutant of the effect path."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from typing import Any
+import asyncio
 
 import pytest
 
 from agent_jobs.simulation import mutants
-from agent_jobs.simulation.run import Databases, explore, run_schedule
+from agent_jobs.simulation.run import Databases, Summary, explore, run_schedule
 from agent_jobs.simulation.scenarios import SCENARIOS
 
 # Sized for about 30 s on two idle cores (refund ~2 schedules/s, tools ~4/s).
 SCHEDULES = {"refund": 24, "tools": 40}
-
-
-def simulate(*args: str) -> dict[str, Any]:
-    """`agent-jobs simulate ... --json` in a process of its own. The tools scenario runs this way:
-    late in the suite's one process, something an earlier test left behind made its agent send
-    nothing (40 schedules, 0 sends, in a fresh-clone CI run; alone it sends), and a simulator
-    run is a process of its own in use too."""
-    done = subprocess.run(
-        [sys.executable, "-m", "agent_jobs.cli", "simulate", "--json", "--no-shrink", *args],
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
-    start = done.stdout.find("{")
-    assert start >= 0, done.stdout[-2000:] + done.stderr[-2000:]
-    summary, _ = json.JSONDecoder().raw_decode(done.stdout[start:])
-    assert isinstance(summary, dict)
-    return summary
 
 
 @pytest.fixture(scope="module")
@@ -68,22 +46,11 @@ def test_a_seed_replays_its_schedule_exactly(databases: Databases, scenario: str
 @pytest.mark.parametrize("scenario", ["refund", "tools"])
 def test_schedules_send_under_faults_and_every_invariant_holds(scenario: str) -> None:
     n = SCHEDULES[scenario]
-    if scenario == "tools":
-        found = simulate(
-            "--seed", "1", "--schedules", str(n), "--scenario", "tools", "--keep-going"
-        )
-        sends, faults, failures = (
-            found["sends_checked"],
-            found["faults_injected"],
-            found["failures"],
-        )
-        print(f"\ntools: {n} schedules in {found['seconds']} s, {sends} sends")
-    else:
-        summary = explore(range(1, n + 1), scenarios=(scenario,))
-        rate = f"{summary.seconds:.1f} s ({summary.per_second:.2f}/s)"
-        print(f"\n{scenario}: {summary.schedules} schedules in {rate}, {summary.sends} sends")
-        sends, faults = summary.sends, summary.faults
-        failures = [f"seed {f.seed}: {f.detail}" for f in summary.failures[:3]]
+    summary = explore(range(1, n + 1), scenarios=(scenario,))
+    rate = f"{summary.seconds:.1f} s ({summary.per_second:.2f}/s)"
+    print(f"\n{scenario}: {summary.schedules} schedules in {rate}, {summary.sends} sends")
+    sends, faults = summary.sends, summary.faults
+    failures = [f"seed {f.seed}: {f.detail}" for f in summary.failures[:3]]
     assert failures == [], [failures, f"replay: agent-jobs simulate --seed S --scenario {scenario}"]
     assert sends >= n // 4, "schedules that never send check nothing"
     assert faults > n, "schedules without faults prove little"
@@ -91,11 +58,6 @@ def test_schedules_send_under_faults_and_every_invariant_holds(scenario: str) ->
 
 @pytest.mark.parametrize("scenario", ["refund", "tools"])
 def test_a_send_before_its_intent_is_caught(databases: Databases, scenario: str) -> None:
-    if scenario == "tools":  # in a process of its own: see `simulate`
-        found = simulate("--seed", "1", "--schedules", "39", "--scenario", "tools",
-                         "--mutant", "send_before_intent")  # fmt: skip
-        assert [f["invariant"] for f in found["failures"]] == ["intent_first"], found
-        return
     with mutants.active("send_before_intent"):
         caught = next(
             (
@@ -107,3 +69,20 @@ def test_a_send_before_its_intent_is_caught(databases: Databases, scenario: str)
         )
     assert caught is not None, f"send_before_intent not caught in {scenario} in 39 schedules"
     assert caught.invariant == "intent_first", caught.report.trace[-20:]
+
+
+async def _explored_inside_a_running_loop(seeds: range) -> Summary:
+    # Synchronously, from a coroutine: this thread has an event loop running meanwhile.
+    return explore(seeds, scenarios=("tools",))
+
+
+def test_tools_send_alike_from_a_thread_running_an_event_loop() -> None:
+    # Its MCP exchanges start an event loop of their own; on a thread that already runs one
+    # (Playwright's sync API leaves the main thread so), every call used to fail as an
+    # unreachable procurement: schedules passed, sending nothing.
+    seeds = range(1, 9)
+    alone = explore(seeds, scenarios=("tools",))
+    inside = asyncio.run(_explored_inside_a_running_loop(seeds))
+    assert alone.sends > 0
+    assert (inside.sends, inside.steps, inside.faults) == (alone.sends, alone.steps, alone.faults)
+    assert inside.failures == alone.failures == []
