@@ -25,6 +25,7 @@ from agent_jobs.simulation.clock import START
 from agent_jobs.simulation.databases import Database, PostgresDatabases, for_run
 from agent_jobs.simulation.parallel import explore_parallel
 from agent_jobs.simulation.run import explore, run_schedule
+from agent_jobs.store.backend.simulated_postgres import create_template, drop_database
 from agent_jobs.store.engine import normalize_pg_url
 
 SCHEDULES = int(os.environ.get("AGENT_JOBS_TEST_SIM_PG_SCHEDULES", "50"))
@@ -161,3 +162,32 @@ def test_rows_in_an_order_sql_leaves_open_come_sorted(databases: PostgresDatabas
         ordered = conn.execute(text("SELECT k FROM disk_order ORDER BY k DESC")).scalars()
         assert (returned, selected, ordered.all()) == ([1, 2, 3], [1, 2, 3], [3, 2, 1])
         conn.rollback()
+
+
+def test_no_autovacuum_runs_in_the_simulators_databases(server: str) -> None:
+    """Autovacuum moves rows and changes plans, and truncating a table or its TOAST table takes
+    an exclusive lock that a statement would wait on past the simulator's 50 ms lock timeout: a
+    schedule would then fail for the machine's load, not its seed. Off everywhere in the
+    template, which every schedule's database is copied from."""
+    name = create_template(server)
+    engine = create_engine(
+        normalize_pg_url(server.rsplit("/", 1)[0] + f"/{name}"), poolclass=NullPool
+    )
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT c.relname, c.reloptions, t.oid, t.reloptions FROM pg_class c "
+                    "LEFT JOIN pg_class t ON t.oid = c.reltoastrelid "
+                    "WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r'"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+        drop_database(server, name)
+    assert len(rows) > 10
+    for table, own, toast, toast_options in rows:
+        assert "autovacuum_enabled=false" in (own or []), table
+        if toast is not None:
+            assert "autovacuum_enabled=false" in (toast_options or []), f"{table}'s TOAST table"
+    assert any(toast is not None for _, _, toast, _ in rows), "no table has a TOAST table"

@@ -127,9 +127,15 @@ def create_template(server_url: str) -> str:
             with engine.begin() as conn:
                 conn.exec_driver_sql(_CLOCK_SQL)
                 # Autovacuum and autoanalyze off: either would move rows or change a plan (and so
-                # the order of rows a query without ORDER BY returns) at a moment of its own.
+                # the order of rows a query without ORDER BY returns) at a moment of its own. Off
+                # for each TOAST table too: a vacuum that truncates one takes its exclusive lock
+                # for a moment, and a statement waiting on it past the 50 ms lock timeout would
+                # fail for the machine's load, not for the seed.
                 for (table,) in conn.execute(text(_TABLES)).all():
-                    conn.exec_driver_sql(f'ALTER TABLE "{table}" SET (autovacuum_enabled = false)')
+                    conn.exec_driver_sql(
+                        f'ALTER TABLE "{table}" SET '
+                        "(autovacuum_enabled = false, toast.autovacuum_enabled = false)"
+                    )
         finally:
             engine.dispose()
     except BaseException:
