@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # redis is imported where a client is made: the settings pars
 TIMEOUT_S = 5.0
 SENTINEL_PORT = 26379
 MAX_URL_CHARS = 4096
+# How much of a refused URL an error shows.
+SHOWN_CHARS = 160
 MAX_DB = 2**31 - 1  # Redis's `databases` is an int; anything past it cannot name one
 SERVER_SCHEMES = ("redis", "rediss", "unix")
 REDIS_URL_SETTING = "AGENT_JOBS_REDIS_URL"
@@ -215,6 +217,11 @@ def _bad(setting: str, url: str, why: str) -> ConfigError:
 
 
 def _shown(url: str) -> str:
-    """The URL in one line, its password hidden, its length bounded (it goes to a log)."""
-    short = url if len(url) <= 120 else url[:120] + "..."
-    return repr(_USERINFO.sub("//***@", short))
+    """The URL in one line, its password hidden, its length bounded (it goes to a log). The
+    password is hidden before anything is cut (a cut through it would leave its start shown),
+    and the cut is made on the text shown, escapes included (`\U0002ebe1` is ten characters of
+    one). A URL past `MAX_URL_CHARS` is shown by its length alone."""
+    if len(url) > MAX_URL_CHARS:
+        return f"({len(url)} characters)"
+    shown = repr(_USERINFO.sub("//***@", url))
+    return shown if len(shown) <= SHOWN_CHARS else shown[:SHOWN_CHARS] + "..."

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import redis
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from redis.sentinel import SentinelConnectionPool
 
@@ -170,8 +170,15 @@ _HOSTILE = st.one_of(
 )
 
 
+# Found by CI: the URL was cut to 120 characters before its repr, and escapes (`\U0002ebe1` is
+# ten characters of one) made the message 400 characters long.
+_ESCAPED = "0" * 79 + "\x1f" * 22 + "\U00018cd6" * 8 + "\U0002ebe1" * 40
+
+
 @settings(max_examples=600, deadline=None)
 @given(url=_HOSTILE)
+@example(url=_ESCAPED)
+@example(url="redis://" + "\U0002ebe1" * 400)
 def test_any_text_is_a_client_or_one_config_error_line(url: str) -> None:
     try:
         made = client(url, master="svc", setting="AGENT_JOBS_BROKER_URL")
@@ -182,3 +189,11 @@ def test_any_text_is_a_client_or_one_config_error_line(url: str) -> None:
         return
     assert isinstance(made, redis.Redis)
     made.close()
+
+
+def test_a_long_password_is_hidden_before_the_url_is_cut() -> None:
+    """A cut through the user info would have left the password's start in the message."""
+    secret = "s3cr3t" * 40
+    with pytest.raises(ConfigError) as raised:
+        client(f"redis://user:{secret}@host:6379/0 ", master="svc", setting="AGENT_JOBS_BROKER_URL")
+    assert "s3cr3t" not in str(raised.value) and "//***@host" in str(raised.value)
