@@ -181,8 +181,7 @@ class ApprovalSteps(StepBase):
         it does, and the send's deadline is then its expiry: `grant_deadline`). The one grant
         check (`validate_grant`), its use being this very intent: approval covers the intent,
         not the number of attempts, but not past its expiry."""
-        s.approval_read_at = self.monotonic()
-        approval, now = self.store.approval_at_now(approval_id)
+        approval, now = self._approval_now(s, approval_id)
         self.grant_deadline(s, approval.expires_at, now)
         if approval.status != "used":
             return "not_granted"
@@ -197,6 +196,12 @@ class ApprovalSteps(StepBase):
             used_at=None,
         )
         return validate_grant(grant, action.action_hash, auth.policy_version, now).reason
+
+    def _approval_now(self, s: Session, approval_id: str) -> tuple[ApprovalView, Any]:
+        """The approval and the database's now, the worker's clock noted just before the read
+        (`grant_deadline` counts from it)."""
+        s.approval_read_at = self.monotonic()
+        return self.store.approval_at_now(approval_id)
 
     def grant_deadline(self, s: Session, expires_at: Any, now: Any) -> None:
         """Note when the grant runs out on this worker's clock: its time left by the database's
@@ -232,8 +237,7 @@ class ApprovalSteps(StepBase):
 
     def approval_wait(self, s: Session) -> Patch | None:
         rt = s.runtime()
-        s.approval_read_at = self.monotonic()
-        approval, now = self.store.approval_at_now(rt["approval_id"])
+        approval, now = self._approval_now(s, rt["approval_id"])
         if s.task.cancel_requested:
             return self.cancelled(s)
         action = Action.model_validate(rt["pending_action"])

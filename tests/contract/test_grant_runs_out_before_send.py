@@ -20,19 +20,11 @@ from agent_jobs.core.contracts import Action
 from agent_jobs.core.patch import Patch
 from agent_jobs.core.states import Status
 from agent_jobs.orchestrator import workflow as wf
+from tests.contract.test_resend_authorised_again import payout
 from tests.contract.test_step_failures import Scripted, events, run
 
 S = Status
 GRANT_TTL_S = 600.0
-
-
-def payout(task_id: str) -> Action:
-    return Action(
-        tool="ledger.pay",
-        tool_version="1",
-        args={"amount_minor": 250_000},
-        idempotency_key=f"pay:{task_id}",
-    )
 
 
 class Ledger:
